@@ -1,0 +1,318 @@
+//! `DataStream<T>`: a typed stream under construction, and the operators that extend it.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::api::functions::{ProcessFunction, RuntimeContext};
+use crate::api::graph_builder::{GraphBuilder, PartitionerSpec, PendingNode, Upstream};
+use crate::api::keyed_stream::KeyedStream;
+use crate::connectors::collect::{collect_sink, CollectHandle};
+use crate::connectors::print::PrintSink;
+use crate::connectors::sink::Sink;
+use crate::error::{BoxError, GraphError};
+use crate::graph::ids::NodeId;
+use crate::graph::stream_graph::{ChainingStrategy, OperatorKind};
+use crate::record::{Key, Record};
+use crate::runtime::key_selector::{FnKeySelector, KeyGroupOf, KeySelector};
+use crate::runtime::operator_factory::{FnOperatorFactory, NodeFactory};
+use crate::runtime::operators::filter::FilterOperator;
+use crate::runtime::operators::flat_map::FlatMapOperator;
+use crate::runtime::operators::map::MapOperator;
+use crate::runtime::operators::process::ProcessOperator;
+use crate::runtime::operators::sink_writer::SinkWriterOperator;
+use crate::runtime::output::Output;
+use crate::runtime::stream_type::{SharedAny, TypeOf};
+use crate::runtime::task::OperatorSetup;
+
+/// A stream of records of type `T`: the output of one operator, or of several (a union),
+/// possibly with a partitioning chosen for the next edge.
+///
+/// Methods that add an operator (`map`, `filter`, …) take `&self`, so one stream can feed
+/// several operators. Methods that configure the operator just added (`name`, `uid`,
+/// `parallelism`, …) take and return `self`.
+pub struct DataStream<T> {
+    pub(crate) builder: Rc<RefCell<GraphBuilder>>,
+    pub(crate) upstreams: Vec<Upstream>,
+    _record: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        Self {
+            builder: self.builder.clone(),
+            upstreams: self.upstreams.clone(),
+            _record: PhantomData,
+        }
+    }
+}
+
+/// Settings of an operator, applied to the node a stream or sink handle refers to.
+pub(crate) fn configure_node(
+    builder: &Rc<RefCell<GraphBuilder>>,
+    node: Option<NodeId>,
+    setting: &str,
+    f: impl FnOnce(&mut PendingNode),
+) {
+    let mut builder = builder.borrow_mut();
+    match node {
+        Some(node) => f(builder.node_mut(node)),
+        None => builder.error(GraphError::InvalidApiUse(format!(
+            "{setting}() applies to an operator; it cannot be set on a union or a repartitioned stream"
+        ))),
+    }
+}
+
+impl<T: Record> DataStream<T> {
+    pub(crate) fn from_node(builder: Rc<RefCell<GraphBuilder>>, node: NodeId) -> Self {
+        Self {
+            builder,
+            upstreams: vec![Upstream {
+                node,
+                partitioner: PartitionerSpec::Default,
+            }],
+            _record: PhantomData,
+        }
+    }
+
+    /// The single operator this stream is the plain output of, if any.
+    fn own_node(&self) -> Option<NodeId> {
+        match self.upstreams.as_slice() {
+            [Upstream {
+                node,
+                partitioner: PartitionerSpec::Default,
+            }] => Some(*node),
+            _ => None,
+        }
+    }
+
+    fn configure(self, setting: &str, f: impl FnOnce(&mut PendingNode)) -> Self {
+        configure_node(&self.builder, self.own_node(), setting, f);
+        self
+    }
+
+    /// Adds an operator of output type `O` fed by this stream.
+    pub(crate) fn add_operator<O: Record>(
+        &self,
+        name: &str,
+        kind: OperatorKind,
+        keyed: bool,
+        create: impl Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<T>>, BoxError>
+            + 'static,
+    ) -> DataStream<O> {
+        let mut node = PendingNode::new(
+            name.to_string(),
+            kind,
+            TypeOf::<O>::shared(),
+            NodeFactory::Operator(Box::new(FnOperatorFactory::<T, O, _>::new(create))),
+        );
+        node.keyed = keyed;
+        let id = self.builder.borrow_mut().add_node(node, &self.upstreams);
+        DataStream::from_node(self.builder.clone(), id)
+    }
+
+    fn with_partitioner(&self, partitioner: PartitionerSpec) -> DataStream<T> {
+        DataStream {
+            builder: self.builder.clone(),
+            upstreams: self
+                .upstreams
+                .iter()
+                .map(|u| Upstream {
+                    node: u.node,
+                    partitioner: partitioner.clone(),
+                })
+                .collect(),
+            _record: PhantomData,
+        }
+    }
+
+    /// Applies `f` to each record.
+    pub fn map<O: Record, F: FnMut(T) -> O + Clone + Send + 'static>(&self, f: F) -> DataStream<O> {
+        self.add_operator("Map", OperatorKind::Operator, false, move |setup, out| {
+            Ok(Box::new(MapOperator::new(setup, f.clone(), out)))
+        })
+    }
+
+    /// Keeps the records for which `predicate` is true.
+    pub fn filter<F: FnMut(&T) -> bool + Clone + Send + 'static>(
+        &self,
+        predicate: F,
+    ) -> DataStream<T> {
+        self.add_operator(
+            "Filter",
+            OperatorKind::Operator,
+            false,
+            move |setup, out| Ok(Box::new(FilterOperator::new(setup, predicate.clone(), out))),
+        )
+    }
+
+    /// Emits every item `f` returns for each record.
+    pub fn flat_map<O, It, F>(&self, f: F) -> DataStream<O>
+    where
+        O: Record,
+        It: IntoIterator<Item = O>,
+        F: FnMut(T) -> It + Clone + Send + 'static,
+    {
+        self.add_operator(
+            "Flat Map",
+            OperatorKind::Operator,
+            false,
+            move |setup, out| Ok(Box::new(FlatMapOperator::new(setup, f.clone(), out))),
+        )
+    }
+
+    /// Runs a [`ProcessFunction`] over each record.
+    pub fn process<O: Record, P: ProcessFunction<T, O>>(&self, function: P) -> DataStream<O> {
+        self.add_operator(
+            "Process",
+            OperatorKind::Operator,
+            false,
+            move |setup, out| Ok(Box::new(ProcessOperator::new(setup, function.clone(), out))),
+        )
+    }
+
+    /// Partitions by the key `key_selector` extracts: all records of a key go to the same
+    /// subtask, which holds that key's state.
+    pub fn key_by<K: Key, F: Fn(&T) -> K + Send + Sync + 'static>(
+        &self,
+        key_selector: F,
+    ) -> KeyedStream<T, K> {
+        let selector = Arc::new(FnKeySelector::new(key_selector));
+        let key_group_of: Arc<dyn KeyGroupOf<T>> = selector.clone();
+        let shared: SharedAny = Arc::new(key_group_of);
+        let selector: Arc<dyn KeySelector<T, Key = K>> = selector;
+        KeyedStream::new(
+            self.with_partitioner(PartitionerSpec::Hash(shared)),
+            selector,
+        )
+    }
+
+    /// Merges this stream with `other`: the next operator reads both.
+    pub fn union(&self, other: &DataStream<T>) -> DataStream<T> {
+        let mut upstreams = self.upstreams.clone();
+        upstreams.extend(other.upstreams.iter().cloned());
+        DataStream {
+            builder: self.builder.clone(),
+            upstreams,
+            _record: PhantomData,
+        }
+    }
+
+    /// Sends subtask i's records to subtask i of the next operator (equal parallelism).
+    pub fn forward(&self) -> DataStream<T> {
+        self.with_partitioner(PartitionerSpec::Forward)
+    }
+
+    /// Spreads records round-robin over the next operator's subtasks.
+    pub fn rebalance(&self) -> DataStream<T> {
+        self.with_partitioner(PartitionerSpec::Rebalance)
+    }
+
+    /// Sends every record to every subtask of the next operator.
+    pub fn broadcast(&self) -> DataStream<T> {
+        self.with_partitioner(PartitionerSpec::Broadcast)
+    }
+
+    /// Names the operator (shown in plans, metrics and errors).
+    pub fn name(self, name: &str) -> Self {
+        let name = name.to_string();
+        self.configure("name", |n| n.name = name)
+    }
+
+    /// Gives the operator a stable id that maps its state across versions of the job.
+    pub fn uid(self, uid: &str) -> Self {
+        let uid = uid.to_string();
+        self.configure("uid", |n| n.uid = Some(uid))
+    }
+
+    /// Sets the operator's parallelism.
+    pub fn parallelism(self, parallelism: u32) -> Self {
+        self.configure("parallelism", |n| n.parallelism = Some(parallelism))
+    }
+
+    /// Sets the operator's number of key groups.
+    pub fn max_parallelism(self, max_parallelism: u32) -> Self {
+        self.configure("max_parallelism", |n| {
+            n.max_parallelism = Some(max_parallelism)
+        })
+    }
+
+    /// Keeps the operator out of any chain.
+    pub fn disable_chaining(self) -> Self {
+        self.configure("disable_chaining", |n| n.chaining = ChainingStrategy::Never)
+    }
+
+    /// Starts a new chain at the operator (its successors may still chain to it).
+    pub fn start_new_chain(self) -> Self {
+        self.configure("start_new_chain", |n| n.chaining = ChainingStrategy::Head)
+    }
+
+    /// Writes the stream to `sink`.
+    pub fn sink_to<S: Sink<T>>(&self, sink: S, name: &str) -> DataStreamSink {
+        let stream = self.add_operator::<()>(
+            &format!("Sink: {name}"),
+            OperatorKind::Sink,
+            false,
+            move |setup, _out| {
+                let writer = sink.create_writer(&RuntimeContext::of(setup))?;
+                Ok(Box::new(SinkWriterOperator::new(setup, writer)))
+            },
+        );
+        DataStreamSink {
+            builder: stream.builder.clone(),
+            node: stream.own_node(),
+        }
+    }
+
+    /// Prints each record to standard output.
+    pub fn print(&self) -> DataStreamSink
+    where
+        T: std::fmt::Debug,
+    {
+        self.sink_to(PrintSink::default(), "Print")
+    }
+
+    /// Collects the records for the program that runs the job; read them from the handle
+    /// after `execute` returns.
+    pub fn collect(&self) -> CollectHandle<T> {
+        let (sink, handle) = collect_sink();
+        self.sink_to(sink, "Collect");
+        handle
+    }
+}
+
+/// A sink in the job, to configure it.
+pub struct DataStreamSink {
+    builder: Rc<RefCell<GraphBuilder>>,
+    node: Option<NodeId>,
+}
+
+impl DataStreamSink {
+    /// Names the sink.
+    pub fn name(self, name: &str) -> Self {
+        let name = name.to_string();
+        configure_node(&self.builder, self.node, "name", |n| n.name = name);
+        self
+    }
+    /// Gives the sink a stable id.
+    pub fn uid(self, uid: &str) -> Self {
+        let uid = uid.to_string();
+        configure_node(&self.builder, self.node, "uid", |n| n.uid = Some(uid));
+        self
+    }
+    /// Sets the sink's parallelism.
+    pub fn parallelism(self, parallelism: u32) -> Self {
+        configure_node(&self.builder, self.node, "parallelism", |n| {
+            n.parallelism = Some(parallelism)
+        });
+        self
+    }
+    /// Keeps the sink out of any chain.
+    pub fn disable_chaining(self) -> Self {
+        configure_node(&self.builder, self.node, "disable_chaining", |n| {
+            n.chaining = ChainingStrategy::Never
+        });
+        self
+    }
+}

@@ -1,0 +1,108 @@
+//! The entry point of a job: `StreamExecutionEnvironment`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::api::data_stream::DataStream;
+use crate::api::graph_builder::{GraphBuilder, PendingNode};
+use crate::config::ExecutionConfig;
+use crate::connectors::collection::CollectionSource;
+use crate::connectors::generator::GeneratorSource;
+use crate::connectors::source::Source;
+use crate::error::{ConfigError, WeirError};
+use crate::graph::explain::ExecutionPlan;
+use crate::graph::stream_graph::OperatorKind;
+use crate::record::Record;
+use crate::runtime::job_result::JobExecutionResult;
+use crate::runtime::mini_cluster::MiniCluster;
+use crate::runtime::operator_factory::NodeFactory;
+use crate::runtime::source_task::SourceOperatorFactory;
+use crate::runtime::stream_type::TypeOf;
+
+/// Where a job is declared and run (Flink's `StreamExecutionEnvironment`). This one runs
+/// jobs on a local mini-cluster: one thread per subtask.
+///
+/// ```
+/// use weir::{ExecutionConfig, StreamExecutionEnvironment};
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// let counts = env
+///     .from_collection(vec!["a", "b", "a"].into_iter().map(String::from).collect())
+///     .key_by(|w: &String| w.clone())
+///     .count()
+///     .collect();
+/// env.execute("word count")?;
+/// let mut counts = counts.take();
+/// counts.sort();
+/// assert_eq!(counts, vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)]);
+/// # Ok::<(), weir::WeirError>(())
+/// ```
+pub struct StreamExecutionEnvironment {
+    builder: Rc<RefCell<GraphBuilder>>,
+}
+
+impl StreamExecutionEnvironment {
+    /// An environment with `config`, rejected if a value is invalid.
+    pub fn new(config: ExecutionConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            builder: Rc::new(RefCell::new(GraphBuilder::new(config))),
+        })
+    }
+
+    /// An environment with the default configuration (parallelism = number of cores).
+    pub fn local() -> Self {
+        Self {
+            builder: Rc::new(RefCell::new(GraphBuilder::new(ExecutionConfig::default()))),
+        }
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> ExecutionConfig {
+        self.builder.borrow().config.clone()
+    }
+
+    /// Adds a source.
+    pub fn from_source<S: Source>(&self, source: S, name: &str) -> DataStream<S::Output> {
+        let node = PendingNode::new(
+            format!("Source: {name}"),
+            OperatorKind::Source,
+            TypeOf::<S::Output>::shared(),
+            NodeFactory::Source(Box::new(SourceOperatorFactory::new(source))),
+        );
+        let id = self.builder.borrow_mut().add_node(node, &[]);
+        DataStream::from_node(self.builder.clone(), id)
+    }
+
+    /// Adds a bounded generator source emitting `f(0) … f(count - 1)`.
+    pub fn generate<T: Record, F: Fn(u64) -> T + Clone + Send + 'static>(
+        &self,
+        count: u64,
+        f: F,
+    ) -> DataStream<T> {
+        self.from_source(GeneratorSource::new(count, f), "Generator")
+    }
+
+    /// Adds a source emitting the elements of `items` in order (parallelism 1).
+    pub fn from_collection<T: Record + Sync>(&self, items: Vec<T>) -> DataStream<T> {
+        self.from_source(CollectionSource::new(items), "Collection")
+    }
+
+    /// The four layers of the job declared so far.
+    pub fn plan(&self, job_name: &str) -> Result<ExecutionPlan, WeirError> {
+        self.builder.borrow().plan(job_name)
+    }
+
+    /// The plan as text: operators, chains, subtasks and channels.
+    pub fn explain(&self, job_name: &str) -> Result<String, WeirError> {
+        Ok(self.plan(job_name)?.to_text())
+    }
+
+    /// Runs the job to its end (bounded sources) or until it fails. Returns per-operator
+    /// record counts and the wall time, or the first failure with the operator and subtask
+    /// it happened in.
+    pub fn execute(&self, job_name: &str) -> Result<JobExecutionResult, WeirError> {
+        let definition = self.builder.borrow_mut().take_definition(job_name)?;
+        MiniCluster::execute(definition)
+    }
+}

@@ -1,0 +1,139 @@
+//! User function interfaces beyond plain closures, and the contexts they receive.
+
+use crate::error::BoxError;
+use crate::runtime::output::Collector;
+use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+
+/// What a function knows of the subtask it runs in (Flink's `RuntimeContext`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeContext {
+    pub(crate) operator_name: String,
+    pub(crate) subtask_index: u32,
+    pub(crate) parallelism: u32,
+    pub(crate) max_parallelism: u32,
+}
+
+impl RuntimeContext {
+    pub(crate) fn of(setup: &crate::runtime::task::OperatorSetup) -> Self {
+        Self {
+            operator_name: setup.name.to_string(),
+            subtask_index: setup.subtask,
+            parallelism: setup.parallelism,
+            max_parallelism: setup.max_parallelism,
+        }
+    }
+    /// The operator's name.
+    pub fn operator_name(&self) -> &str {
+        &self.operator_name
+    }
+    /// Zero-based index of this subtask.
+    pub fn subtask_index(&self) -> u32 {
+        self.subtask_index
+    }
+    /// Number of parallel subtasks of the operator.
+    pub fn parallelism(&self) -> u32 {
+        self.parallelism
+    }
+    /// Number of key groups.
+    pub fn max_parallelism(&self) -> u32 {
+        self.max_parallelism
+    }
+}
+
+/// The context of one keyed record: its key, its key group, and the keyed state scoped to
+/// that key (see [`crate::ValueState`]).
+pub struct KeyedContext<'a, K> {
+    pub(crate) key: &'a K,
+    pub(crate) slot: KeyGroupSlot,
+    pub(crate) backend: &'a mut HeapKeyedStateBackend<K>,
+    pub(crate) runtime: &'a RuntimeContext,
+}
+
+impl<K> KeyedContext<'_, K> {
+    /// The key of the record being processed.
+    pub fn current_key(&self) -> &K {
+        self.key
+    }
+    /// The key group of the current key.
+    pub fn key_group(&self) -> u32 {
+        self.slot.key_group
+    }
+    /// The subtask this function runs in.
+    pub fn runtime(&self) -> &RuntimeContext {
+        self.runtime
+    }
+}
+
+/// A function over each record with access to its subtask (Flink's `ProcessFunction`).
+///
+/// One instance runs per subtask, cloned from the one given to the API.
+pub trait ProcessFunction<I, O>: Clone + Send + 'static {
+    /// Called once before the first record.
+    fn open(&mut self, _ctx: &RuntimeContext) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Processes one record, emitting any number of results.
+    fn process_element(
+        &mut self,
+        value: I,
+        ctx: &RuntimeContext,
+        out: &mut Collector<'_, O>,
+    ) -> Result<(), BoxError>;
+    /// Called once when the input has ended (bounded jobs), before end-of-stream moves on.
+    fn end_input(
+        &mut self,
+        _ctx: &RuntimeContext,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// A function over each record of a keyed stream, with the current key and keyed state
+/// (Flink's `KeyedProcessFunction`).
+///
+/// ```
+/// use weir::{BoxError, Collector, KeyedContext, KeyedProcessFunction, ValueState};
+///
+/// /// Emits each word with the number of times it was seen so far.
+/// #[derive(Clone)]
+/// struct RunningCount {
+///     seen: ValueState<u64>,
+/// }
+///
+/// impl KeyedProcessFunction<String, String, (String, u64)> for RunningCount {
+///     fn process_element(
+///         &mut self,
+///         _word: String,
+///         ctx: &mut KeyedContext<'_, String>,
+///         out: &mut Collector<'_, (String, u64)>,
+///     ) -> Result<(), BoxError> {
+///         let n = self.seen.value(ctx)?.unwrap_or(0) + 1;
+///         self.seen.update(ctx, n)?;
+///         out.collect((ctx.current_key().clone(), n));
+///         Ok(())
+///     }
+/// }
+/// # let _ = RunningCount { seen: ValueState::new("seen") };
+/// ```
+pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
+    /// Called once before the first record.
+    fn open(&mut self, _ctx: &RuntimeContext) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Processes one record of key `ctx.current_key()`.
+    fn process_element(
+        &mut self,
+        value: I,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> Result<(), BoxError>;
+    /// Called once when the input has ended (bounded jobs), before end-of-stream moves on.
+    fn end_input(
+        &mut self,
+        _ctx: &RuntimeContext,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
+}

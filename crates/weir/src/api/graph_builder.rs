@@ -1,0 +1,235 @@
+//! Collects the operators and edges that DataStream calls create, and turns them into a
+//! validated StreamGraph plus the typed factories behind it.
+
+use std::sync::Arc;
+
+use crate::config::ExecutionConfig;
+use crate::error::{GraphError, WeirError};
+use crate::graph::explain::ExecutionPlan;
+use crate::graph::ids::{EdgeId, NodeId};
+use crate::graph::partitioner::PartitionerKind;
+use crate::graph::stream_graph::{
+    ChainingStrategy, OperatorKind, StreamEdge, StreamGraph, StreamNode,
+};
+use crate::runtime::job_definition::JobDefinition;
+use crate::runtime::operator_factory::NodeFactory;
+use crate::runtime::stream_type::{SharedAny, StreamType};
+
+/// The partitioner a user asked for on an edge; `Default` is resolved once parallelism is
+/// final (forward when equal, rebalance otherwise), as Flink does.
+#[derive(Clone)]
+pub(crate) enum PartitionerSpec {
+    Default,
+    Forward,
+    Rebalance,
+    Broadcast,
+    /// Hash by key; carries `Arc<dyn KeyGroupOf<T>>` behind `Any`.
+    Hash(SharedAny),
+}
+
+/// One input of an operator about to be added: the upstream node and how to partition.
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    pub node: NodeId,
+    pub partitioner: PartitionerSpec,
+}
+
+/// An operator as declared, before parallelism defaults are applied.
+pub(crate) struct PendingNode {
+    pub name: String,
+    pub uid: Option<String>,
+    pub kind: OperatorKind,
+    pub parallelism: Option<u32>,
+    pub max_parallelism: Option<u32>,
+    pub chaining: ChainingStrategy,
+    pub keyed: bool,
+    pub output_type: Arc<dyn StreamType>,
+    pub factory: NodeFactory,
+}
+
+impl PendingNode {
+    pub fn new(
+        name: String,
+        kind: OperatorKind,
+        output_type: Arc<dyn StreamType>,
+        factory: NodeFactory,
+    ) -> Self {
+        Self {
+            name,
+            uid: None,
+            kind,
+            parallelism: None,
+            max_parallelism: None,
+            chaining: ChainingStrategy::Always,
+            keyed: false,
+            output_type,
+            factory,
+        }
+    }
+}
+
+struct PendingEdge {
+    source: NodeId,
+    target: NodeId,
+    partitioner: PartitionerSpec,
+}
+
+/// The job under construction.
+pub(crate) struct GraphBuilder {
+    pub config: ExecutionConfig,
+    nodes: Vec<PendingNode>,
+    edges: Vec<PendingEdge>,
+    errors: Vec<GraphError>,
+    executed: bool,
+}
+
+impl GraphBuilder {
+    pub fn new(config: ExecutionConfig) -> Self {
+        Self {
+            config,
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            errors: Vec::new(),
+            executed: false,
+        }
+    }
+
+    /// Records a misuse of the API; `execute` and `explain` report it.
+    pub fn error(&mut self, error: GraphError) {
+        self.errors.push(error);
+    }
+
+    /// Adds an operator fed by `inputs`.
+    pub fn add_node(&mut self, node: PendingNode, inputs: &[Upstream]) -> NodeId {
+        if self.executed {
+            self.error(GraphError::InvalidApiUse(
+                "this environment already executed its job; build the next job in a new environment"
+                    .into(),
+            ));
+        }
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(node);
+        for input in inputs {
+            self.edges.push(PendingEdge {
+                source: input.node,
+                target: id,
+                partitioner: input.partitioner.clone(),
+            });
+        }
+        id
+    }
+
+    /// The declared node `id`, to configure it.
+    pub fn node_mut(&mut self, id: NodeId) -> &mut PendingNode {
+        &mut self.nodes[id.index()]
+    }
+
+    fn source_limit(node: &PendingNode) -> Option<u32> {
+        match &node.factory {
+            NodeFactory::Source(factory) => factory.max_parallelism(),
+            NodeFactory::Operator(_) => None,
+        }
+    }
+
+    /// The StreamGraph with defaults applied and partitioners resolved, validated.
+    pub fn stream_graph(&self, job_name: &str) -> Result<StreamGraph, WeirError> {
+        if let Some(first) = self.errors.first() {
+            return Err(first.clone().into());
+        }
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            let limit = Self::source_limit(n);
+            let parallelism = match (n.parallelism, limit) {
+                (Some(p), Some(limit)) if p > limit => {
+                    return Err(GraphError::InvalidParallelism {
+                        operator: n.name.clone(),
+                        parallelism: p,
+                        reason: format!("this source supports at most {limit}"),
+                    }
+                    .into())
+                }
+                (Some(p), _) => p,
+                (None, Some(limit)) => self.config.parallelism.min(limit),
+                (None, None) => self.config.parallelism,
+            };
+            nodes.push(StreamNode {
+                id: NodeId(i as u32),
+                name: n.name.clone(),
+                uid: n.uid.clone(),
+                kind: n.kind,
+                parallelism,
+                max_parallelism: n.max_parallelism.unwrap_or(self.config.max_parallelism),
+                chaining: n.chaining,
+                keyed: n.keyed,
+                output_type: n.output_type.type_name().to_string(),
+            });
+        }
+        let edges = self
+            .edges
+            .iter()
+            .enumerate()
+            .map(|(i, e)| StreamEdge {
+                id: EdgeId(i as u32),
+                source: e.source,
+                target: e.target,
+                partitioner: match e.partitioner {
+                    PartitionerSpec::Default => {
+                        if nodes[e.source.index()].parallelism
+                            == nodes[e.target.index()].parallelism
+                        {
+                            PartitionerKind::Forward
+                        } else {
+                            PartitionerKind::Rebalance
+                        }
+                    }
+                    PartitionerSpec::Forward => PartitionerKind::Forward,
+                    PartitionerSpec::Rebalance => PartitionerKind::Rebalance,
+                    PartitionerSpec::Broadcast => PartitionerKind::Broadcast,
+                    PartitionerSpec::Hash(_) => PartitionerKind::Hash,
+                },
+            })
+            .collect();
+        let graph = StreamGraph {
+            job_name: job_name.to_string(),
+            chaining_enabled: self.config.chaining_enabled,
+            nodes,
+            edges,
+        };
+        graph.validate()?;
+        Ok(graph)
+    }
+
+    /// The four layers of the job as it stands.
+    pub fn plan(&self, job_name: &str) -> Result<ExecutionPlan, WeirError> {
+        Ok(ExecutionPlan::new(
+            self.stream_graph(job_name)?,
+            &self.config,
+        ))
+    }
+
+    /// Hands the job over for execution; the builder cannot be used afterwards.
+    pub fn take_definition(&mut self, job_name: &str) -> Result<JobDefinition, WeirError> {
+        let plan = self.plan(job_name)?;
+        self.executed = true;
+        let key_selectors = self
+            .edges
+            .drain(..)
+            .map(|e| match e.partitioner {
+                PartitionerSpec::Hash(selector) => Some(selector),
+                _ => None,
+            })
+            .collect();
+        let (factories, output_types) = self
+            .nodes
+            .drain(..)
+            .map(|n| (n.factory, n.output_type))
+            .unzip();
+        Ok(JobDefinition {
+            plan,
+            config: self.config.clone(),
+            factories,
+            output_types,
+            key_selectors,
+        })
+    }
+}

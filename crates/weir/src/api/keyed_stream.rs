@@ -1,0 +1,85 @@
+//! `KeyedStream<T, K>`: a stream partitioned by key, with keyed-state operators.
+
+use std::sync::Arc;
+
+use crate::api::data_stream::DataStream;
+use crate::api::functions::KeyedProcessFunction;
+use crate::graph::stream_graph::OperatorKind;
+use crate::record::{Key, Record};
+use crate::runtime::key_selector::KeySelector;
+use crate::runtime::operators::keyed_process::KeyedProcessOperator;
+use crate::runtime::operators::rolling_aggregate::{
+    CountAggregator, ReduceAggregator, RollingAggregateOperator, RollingAggregator, SumAggregator,
+};
+
+/// A stream whose records are routed by key, so that each key's records and state live in
+/// exactly one subtask. Made by [`DataStream::key_by`].
+pub struct KeyedStream<T, K> {
+    stream: DataStream<T>,
+    selector: Arc<dyn KeySelector<T, Key = K>>,
+}
+
+impl<T: Record, K: Key> KeyedStream<T, K> {
+    pub(crate) fn new(stream: DataStream<T>, selector: Arc<dyn KeySelector<T, Key = K>>) -> Self {
+        Self { stream, selector }
+    }
+
+    /// Applies a rolling aggregation: per key, updates an accumulator with each record and
+    /// emits the updated result.
+    pub fn aggregate<A>(&self, name: &str, aggregator: A) -> DataStream<A::Output>
+    where
+        A: RollingAggregator<K, T>,
+        A::Output: Record,
+    {
+        let selector = self.selector.clone();
+        self.stream
+            .add_operator(name, OperatorKind::Operator, true, move |setup, out| {
+                Ok(Box::new(RollingAggregateOperator::new(
+                    setup,
+                    selector.clone(),
+                    aggregator.clone(),
+                    out,
+                )?))
+            })
+    }
+
+    /// Emits `(key, records of this key so far)` for each record.
+    pub fn count(&self) -> DataStream<(K, u64)> {
+        self.aggregate("Keyed Count", CountAggregator)
+    }
+
+    /// Emits `(key, running sum of field(record))` for each record.
+    pub fn sum<V, F>(&self, field: F) -> DataStream<(K, V)>
+    where
+        V: Record + std::ops::AddAssign,
+        F: FnMut(&T) -> V + Clone + Send + 'static,
+    {
+        self.aggregate("Keyed Sum", SumAggregator::new(field))
+    }
+
+    /// Folds each key's records with `f(accumulated, next)` and emits each new value.
+    pub fn reduce<F: FnMut(T, T) -> T + Clone + Send + 'static>(&self, f: F) -> DataStream<T> {
+        self.aggregate("Keyed Reduce", ReduceAggregator::new(f))
+    }
+
+    /// Runs a [`KeyedProcessFunction`] with the current key and keyed state.
+    pub fn process<O: Record, P: KeyedProcessFunction<K, T, O>>(
+        &self,
+        function: P,
+    ) -> DataStream<O> {
+        let selector = self.selector.clone();
+        self.stream.add_operator(
+            "Keyed Process",
+            OperatorKind::Operator,
+            true,
+            move |setup, out| {
+                Ok(Box::new(KeyedProcessOperator::new(
+                    setup,
+                    selector.clone(),
+                    function.clone(),
+                    out,
+                )))
+            },
+        )
+    }
+}

@@ -1,0 +1,7 @@
+//! The DataStream API: how a program declares a job.
+
+pub mod data_stream;
+pub mod environment;
+pub mod functions;
+pub(crate) mod graph_builder;
+pub mod keyed_stream;

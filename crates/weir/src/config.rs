@@ -1,0 +1,199 @@
+//! Job configuration: parallelism, key groups, chaining and channel buffering.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// Largest number of key groups, as in Flink (2^15).
+pub const UPPER_BOUND_MAX_PARALLELISM: u32 = 1 << 15;
+
+/// Settings of one job, chosen when the environment is created.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::ExecutionConfig;
+/// let config = ExecutionConfig::default()
+///     .with_parallelism(4)
+///     .with_max_parallelism(256)
+///     .with_buffer_timeout(Duration::from_millis(10));
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExecutionConfig {
+    /// Parallelism of operators that do not set their own (`parallelism.default`).
+    pub parallelism: u32,
+    /// Number of key groups, the upper bound for rescaling keyed state (`max-parallelism`).
+    pub max_parallelism: u32,
+    /// Whether operators may be chained into one task (`pipeline.operator-chaining`).
+    pub chaining_enabled: bool,
+    /// Records per batch sent through a channel (Flink's network buffer, counted in records).
+    pub buffer_size: usize,
+    /// Batches a channel holds before its producer blocks (backpressure).
+    pub channel_capacity: usize,
+    /// A partly filled batch is sent at the latest this long after it was started
+    /// (`execution.buffer-timeout`). Idle tasks flush at once.
+    #[serde(with = "duration_millis")]
+    pub buffer_timeout: Duration,
+}
+
+impl Default for ExecutionConfig {
+    fn default() -> Self {
+        Self {
+            parallelism: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1),
+            max_parallelism: 128,
+            chaining_enabled: true,
+            buffer_size: 1024,
+            channel_capacity: 4,
+            buffer_timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+impl ExecutionConfig {
+    /// Sets the default parallelism.
+    pub fn with_parallelism(mut self, parallelism: u32) -> Self {
+        self.parallelism = parallelism;
+        self
+    }
+    /// Sets the number of key groups.
+    pub fn with_max_parallelism(mut self, max_parallelism: u32) -> Self {
+        self.max_parallelism = max_parallelism;
+        self
+    }
+    /// Enables or disables operator chaining for the whole job.
+    pub fn with_chaining(mut self, enabled: bool) -> Self {
+        self.chaining_enabled = enabled;
+        self
+    }
+    /// Sets the number of records per channel batch.
+    pub fn with_buffer_size(mut self, records: usize) -> Self {
+        self.buffer_size = records;
+        self
+    }
+    /// Sets how many batches a channel holds.
+    pub fn with_channel_capacity(mut self, batches: usize) -> Self {
+        self.channel_capacity = batches;
+        self
+    }
+    /// Sets the flush timeout of partly filled batches.
+    pub fn with_buffer_timeout(mut self, timeout: Duration) -> Self {
+        self.buffer_timeout = timeout;
+        self
+    }
+
+    /// Checks every value; the error names the option and says why it is rejected.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |option, value: String, reason: &str| ConfigError {
+            option,
+            value,
+            reason: reason.to_string(),
+        };
+        if self.max_parallelism == 0 || self.max_parallelism > UPPER_BOUND_MAX_PARALLELISM {
+            return Err(err(
+                "max_parallelism",
+                self.max_parallelism.to_string(),
+                &format!("must be between 1 and {UPPER_BOUND_MAX_PARALLELISM}"),
+            ));
+        }
+        if self.parallelism == 0 {
+            return Err(err("parallelism", "0".into(), "must be at least 1"));
+        }
+        if self.parallelism > self.max_parallelism {
+            return Err(err(
+                "parallelism",
+                self.parallelism.to_string(),
+                &format!(
+                    "must not exceed max_parallelism ({}), the number of key groups",
+                    self.max_parallelism
+                ),
+            ));
+        }
+        if self.buffer_size == 0 {
+            return Err(err("buffer_size", "0".into(), "must be at least 1 record"));
+        }
+        if self.channel_capacity == 0 {
+            return Err(err(
+                "channel_capacity",
+                "0".into(),
+                "must be at least 1 batch",
+            ));
+        }
+        if self.buffer_timeout.is_zero() {
+            return Err(err(
+                "buffer_timeout",
+                "0ms".into(),
+                "must be positive (idle tasks already flush at once)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The most records one channel can hold: queued batches plus the one its writer fills.
+    pub fn records_per_channel_bound(&self) -> usize {
+        (self.channel_capacity + 1) * self.buffer_size
+    }
+}
+
+mod duration_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        ExecutionConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_parallelism_above_key_groups() {
+        let e = ExecutionConfig::default()
+            .with_max_parallelism(4)
+            .with_parallelism(8)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.option, "parallelism");
+        assert!(e.to_string().contains("max_parallelism (4)"), "{e}");
+    }
+
+    #[test]
+    fn rejects_zero_values() {
+        for (config, option) in [
+            (
+                ExecutionConfig::default().with_parallelism(0),
+                "parallelism",
+            ),
+            (
+                ExecutionConfig::default().with_buffer_size(0),
+                "buffer_size",
+            ),
+            (
+                ExecutionConfig::default().with_channel_capacity(0),
+                "channel_capacity",
+            ),
+            (
+                ExecutionConfig::default().with_buffer_timeout(Duration::ZERO),
+                "buffer_timeout",
+            ),
+            (
+                ExecutionConfig::default().with_max_parallelism(0),
+                "max_parallelism",
+            ),
+        ] {
+            assert_eq!(config.validate().unwrap_err().option, option);
+        }
+    }
+}

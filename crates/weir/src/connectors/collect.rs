@@ -1,0 +1,65 @@
+//! A sink that hands records back to the program that ran the job, for tests and small
+//! results. Records travel as messages, never through memory shared with the tasks.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::api::functions::RuntimeContext;
+use crate::connectors::sink::{Sink, SinkWriter};
+use crate::error::BoxError;
+
+/// The sink side; create it with [`collect_sink`].
+pub struct CollectSink<T> {
+    tx: Sender<Vec<T>>,
+}
+
+/// The program's side: the records the sink received.
+pub struct CollectHandle<T> {
+    rx: Receiver<Vec<T>>,
+}
+
+/// A linked collect sink and handle.
+pub fn collect_sink<T>() -> (CollectSink<T>, CollectHandle<T>) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    (CollectSink { tx }, CollectHandle { rx })
+}
+
+impl<T> CollectHandle<T> {
+    /// Takes every record received so far (in arrival order per subtask).
+    pub fn take(&self) -> Vec<T> {
+        self.rx.try_iter().flatten().collect()
+    }
+}
+
+/// The writer of one [`CollectSink`] subtask: buffers records and sends them on flush.
+pub struct CollectWriter<T> {
+    tx: Sender<Vec<T>>,
+    buffer: Vec<T>,
+}
+
+impl<T: Send + 'static> Sink<T> for CollectSink<T> {
+    type Writer = CollectWriter<T>;
+    fn create_writer(&self, _context: &RuntimeContext) -> Result<CollectWriter<T>, BoxError> {
+        Ok(CollectWriter {
+            tx: self.tx.clone(),
+            buffer: Vec::new(),
+        })
+    }
+}
+
+impl<T: Send + 'static> SinkWriter<T> for CollectWriter<T> {
+    fn write(&mut self, record: T) -> Result<(), BoxError> {
+        self.buffer.push(record);
+        if self.buffer.len() >= 4096 {
+            self.flush(false)?;
+        }
+        Ok(())
+    }
+    fn flush(&mut self, _end_of_input: bool) -> Result<(), BoxError> {
+        if !self.buffer.is_empty() {
+            self.tx
+                .send(std::mem::take(&mut self.buffer))
+                .map_err(|_| "the collect handle was dropped")?;
+        }
+        Ok(())
+    }
+}

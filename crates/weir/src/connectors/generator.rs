@@ -1,0 +1,223 @@
+//! A source generating records from their sequence number: bounded or unbounded, optionally
+//! rate limited (Flink's `DataGeneratorSource`). The number range is split evenly over the
+//! readers; a split's position is the next number, so replay after a restore is exact.
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::connectors::source::{
+    Boundedness, InputStatus, Source, SourceReader, SourceReaderContext, SourceSplit,
+};
+use crate::connectors::static_enumerator::StaticSplitEnumerator;
+use crate::error::BoxError;
+use crate::record::Record;
+use crate::runtime::output::Collector;
+
+/// Records emitted per poll, so the task can react to events between polls.
+const RECORDS_PER_POLL: u64 = 1024;
+
+/// A range of sequence numbers `[next, end)`; `next` is the reader's position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumberSequenceSplit {
+    /// Split id.
+    pub id: u32,
+    /// Next number to emit.
+    pub next: u64,
+    /// One past the last number.
+    pub end: u64,
+}
+
+impl SourceSplit for NumberSequenceSplit {
+    fn split_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+/// Generates `f(0), f(1), …` up to a count, or without end.
+///
+/// ```
+/// use weir::connectors::generator::GeneratorSource;
+/// let squares = GeneratorSource::new(10, |i| i * i);
+/// let ticks = GeneratorSource::unbounded(|i| i).with_rate_limit(100.0);
+/// # let _ = (squares, ticks);
+/// ```
+#[derive(Clone)]
+pub struct GeneratorSource<T, F> {
+    count: Option<u64>,
+    records_per_second: Option<f64>,
+    f: F,
+    _record: PhantomData<fn() -> T>,
+}
+
+impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> {
+    /// A bounded generator of `count` records.
+    pub fn new(count: u64, f: F) -> Self {
+        Self {
+            count: Some(count),
+            records_per_second: None,
+            f,
+            _record: PhantomData,
+        }
+    }
+
+    /// A generator that never ends.
+    pub fn unbounded(f: F) -> Self {
+        Self {
+            count: None,
+            records_per_second: None,
+            f,
+            _record: PhantomData,
+        }
+    }
+
+    /// Limits the total rate over all readers to `records_per_second`.
+    pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
+        self.records_per_second = Some(records_per_second);
+        self
+    }
+}
+
+impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSource<T, F> {
+    type Output = T;
+    type Split = NumberSequenceSplit;
+    type Enumerator = StaticSplitEnumerator<NumberSequenceSplit>;
+    type Reader = GeneratorReader<T, F>;
+
+    fn boundedness(&self) -> Boundedness {
+        match self.count {
+            Some(_) => Boundedness::Bounded,
+            None => Boundedness::ContinuousUnbounded,
+        }
+    }
+
+    fn create_enumerator(&self, parallelism: u32) -> Result<Self::Enumerator, BoxError> {
+        let total = u128::from(self.count.unwrap_or(u64::MAX));
+        let p = u128::from(parallelism.max(1));
+        let splits = (0..p).map(|i| NumberSequenceSplit {
+            id: i as u32,
+            next: (total * i / p) as u64,
+            end: (total * (i + 1) / p) as u64,
+        });
+        Ok(StaticSplitEnumerator::new(splits))
+    }
+
+    fn restore_enumerator(
+        &self,
+        _parallelism: u32,
+        checkpoint: Vec<NumberSequenceSplit>,
+    ) -> Result<Self::Enumerator, BoxError> {
+        Ok(StaticSplitEnumerator::new(checkpoint))
+    }
+
+    fn create_reader(&self, context: SourceReaderContext) -> Result<Self::Reader, BoxError> {
+        if let Some(rate) = self.records_per_second {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(format!("rate limit must be a positive number, got {rate}").into());
+            }
+        }
+        let rate = self
+            .records_per_second
+            .map(|r| r / f64::from(context.parallelism()));
+        Ok(GeneratorReader {
+            f: self.f.clone(),
+            splits: VecDeque::new(),
+            no_more_splits: false,
+            requested: false,
+            context,
+            rate,
+            started: None,
+            emitted: 0,
+            _record: PhantomData,
+        })
+    }
+}
+
+/// Reads the number ranges assigned to one subtask.
+pub struct GeneratorReader<T, F> {
+    f: F,
+    splits: VecDeque<NumberSequenceSplit>,
+    no_more_splits: bool,
+    requested: bool,
+    context: SourceReaderContext,
+    /// Records per second for this reader.
+    rate: Option<f64>,
+    started: Option<Instant>,
+    emitted: u64,
+    _record: PhantomData<fn() -> T>,
+}
+
+impl<T, F> GeneratorReader<T, F> {
+    /// How many records the rate limit allows now.
+    fn allowed_now(&mut self) -> u64 {
+        let Some(rate) = self.rate else {
+            return RECORDS_PER_POLL;
+        };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let due = (started.elapsed().as_secs_f64() * rate) as u64 + 1;
+        due.saturating_sub(self.emitted).min(RECORDS_PER_POLL)
+    }
+}
+
+impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for GeneratorReader<T, F> {
+    type Output = T;
+    type Split = NumberSequenceSplit;
+
+    fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
+        let allowed = self.allowed_now();
+        let Some(split) = self.splits.front_mut() else {
+            if self.no_more_splits {
+                return Ok(InputStatus::EndOfInput);
+            }
+            if !self.requested {
+                self.requested = true;
+                self.context.send_split_request();
+            }
+            return Ok(InputStatus::NothingAvailable);
+        };
+        if allowed == 0 {
+            return Ok(InputStatus::NothingAvailable);
+        }
+        let n = allowed.min(split.end - split.next);
+        let (from, f) = (split.next, &self.f);
+        for i in from..from + n {
+            output.collect(f(i));
+        }
+        split.next += n;
+        self.emitted += n;
+        if split.next == split.end {
+            self.splits.pop_front();
+        }
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn poll_delay(&self) -> Duration {
+        match (self.rate, self.started) {
+            (Some(rate), Some(started)) => {
+                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
+                due.saturating_sub(started.elapsed())
+                    .clamp(Duration::from_micros(50), Duration::from_millis(100))
+            }
+            _ => Duration::from_millis(1),
+        }
+    }
+
+    fn add_splits(&mut self, splits: Vec<NumberSequenceSplit>) -> Result<(), BoxError> {
+        self.splits.extend(splits);
+        self.requested = false;
+        Ok(())
+    }
+
+    fn notify_no_more_splits(&mut self) {
+        self.no_more_splits = true;
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+    ) -> Result<Vec<NumberSequenceSplit>, BoxError> {
+        Ok(self.splits.iter().cloned().collect())
+    }
+}

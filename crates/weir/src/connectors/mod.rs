@@ -1,0 +1,11 @@
+//! Sources and sinks that need nothing outside the standard library, and the interfaces
+//! that every connector implements.
+
+pub mod collect;
+pub mod collection;
+pub mod discard;
+pub mod generator;
+pub mod print;
+pub mod sink;
+pub mod source;
+pub mod static_enumerator;

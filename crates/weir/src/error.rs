@@ -1,0 +1,232 @@
+//! Error types of the engine.
+//!
+//! Errors are typed by the layer that raises them: configuration, graph translation, state,
+//! and task execution. [`WeirError`] is what the public API returns.
+
+use std::fmt;
+
+/// Error type that user functions and connectors return; the engine wraps it with the
+/// operator and subtask it came from.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An invalid configuration value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration `{option}` = {value}: {reason}")]
+pub struct ConfigError {
+    /// The option's name, as documented on [`crate::ExecutionConfig`].
+    pub option: &'static str,
+    /// The rejected value, rendered.
+    pub value: String,
+    /// Why it was rejected.
+    pub reason: String,
+}
+
+/// A job graph that cannot be translated or run as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    /// The job has no operators.
+    #[error("the job has no operators: add a source and a sink before executing it")]
+    EmptyJob,
+    /// A stream ends without a sink consuming it is fine, but a job without any source is not.
+    #[error("the job has no source")]
+    NoSource,
+    /// Forward partitioning between operators of different parallelism.
+    #[error(
+        "forward partitioning does not allow a change of parallelism: upstream `{upstream}` has \
+         parallelism {upstream_parallelism}, downstream `{downstream}` has {downstream_parallelism}; \
+         use rebalance() or hash partitioning instead"
+    )]
+    ForwardParallelismMismatch {
+        /// Upstream operator name.
+        upstream: String,
+        /// Upstream parallelism.
+        upstream_parallelism: u32,
+        /// Downstream operator name.
+        downstream: String,
+        /// Downstream parallelism.
+        downstream_parallelism: u32,
+    },
+    /// An operator's parallelism is out of range.
+    #[error("operator `{operator}`: parallelism {parallelism} is invalid: {reason}")]
+    InvalidParallelism {
+        /// Operator name.
+        operator: String,
+        /// Requested parallelism.
+        parallelism: u32,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// Two operators share a uid.
+    #[error("uid `{uid}` is used by both `{first}` and `{second}`; uids must be unique in a job")]
+    DuplicateUid {
+        /// The uid.
+        uid: String,
+        /// First operator carrying it.
+        first: String,
+        /// Second operator carrying it.
+        second: String,
+    },
+    /// The API was used in a way that cannot form a valid graph.
+    #[error("invalid use of the DataStream API: {0}")]
+    InvalidApiUse(String),
+}
+
+/// Errors raised by keyed state and key-group assignment.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A key could not be serialized for hashing.
+    #[error("cannot serialize key for key-group assignment: {0}")]
+    KeySerialization(#[from] postcard::Error),
+    /// A key arrived at a subtask that does not own its key group.
+    #[error(
+        "key group {key_group} does not belong to this subtask (it owns {range}); \
+         records were partitioned inconsistently"
+    )]
+    KeyGroupOutOfRange {
+        /// The key's group.
+        key_group: u32,
+        /// The owned range, rendered.
+        range: String,
+    },
+    /// A state name was registered twice with different value types.
+    #[error("state `{state}` is already registered with value type {existing}, not {requested}")]
+    TypeMismatch {
+        /// The state's name.
+        state: String,
+        /// The type it was registered with.
+        existing: &'static str,
+        /// The type now requested.
+        requested: &'static str,
+    },
+}
+
+/// Why a subtask stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// A user function panicked.
+    #[error("user function panicked: {message}")]
+    UserPanic {
+        /// The panic payload, rendered.
+        message: String,
+    },
+    /// A user function, source or sink returned an error.
+    #[error("{0}")]
+    User(BoxError),
+    /// The error happened in a named operator of the task's chain.
+    #[error("in operator `{operator}`: {cause}")]
+    Operator {
+        /// The operator's name.
+        operator: String,
+        /// What went wrong there.
+        cause: Box<TaskError>,
+    },
+    /// Keyed state failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The runtime broke one of its own invariants (a bug in Weir).
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// The job is being cancelled (another task failed or the job was stopped).
+    #[error("task cancelled")]
+    Cancelled,
+    /// A peer task went away without ending its stream: it failed or was cancelled.
+    #[error("channel to {peer} closed unexpectedly")]
+    ChannelClosed {
+        /// Which side went away.
+        peer: &'static str,
+    },
+}
+
+impl TaskError {
+    /// True when this error is only a consequence of another failure (cancellation or a closed
+    /// channel), not a root cause worth reporting.
+    pub fn is_secondary(&self) -> bool {
+        match self {
+            TaskError::Cancelled | TaskError::ChannelClosed { .. } => true,
+            TaskError::Operator { cause, .. } => cause.is_secondary(),
+            _ => false,
+        }
+    }
+}
+
+/// A task error located at an operator and subtask.
+#[derive(Debug, thiserror::Error)]
+#[error("operator `{operator}` (subtask {subtask_display}) failed: {cause}")]
+pub struct OperatorFailure {
+    /// The operator's name.
+    pub operator: String,
+    /// Zero-based subtask index.
+    pub subtask: u32,
+    /// `index+1/parallelism`, as Flink prints it.
+    pub subtask_display: SubtaskDisplay,
+    /// What went wrong.
+    #[source]
+    pub cause: TaskError,
+}
+
+/// Renders a subtask as Flink does: `2/4` for the second of four.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubtaskDisplay {
+    /// Zero-based index.
+    pub index: u32,
+    /// Parallelism of the operator.
+    pub parallelism: u32,
+}
+
+impl fmt::Display for SubtaskDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index + 1, self.parallelism)
+    }
+}
+
+/// Top-level error of the public API.
+#[derive(Debug, thiserror::Error)]
+pub enum WeirError {
+    /// Invalid configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The job graph is invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// An operator, source or sink could not be instantiated.
+    #[error("cannot create operator `{operator}` (subtask {subtask}): {cause}")]
+    Setup {
+        /// The operator's name.
+        operator: String,
+        /// Zero-based subtask index.
+        subtask: u32,
+        /// Why.
+        cause: BoxError,
+    },
+    /// The job failed while running.
+    #[error("job `{job}` failed: {failure}")]
+    JobFailed {
+        /// The job's name.
+        job: String,
+        /// The root cause.
+        #[source]
+        failure: Box<OperatorFailure>,
+    },
+    /// A runtime thread could not be started.
+    #[error("cannot start thread for {what}: {source}")]
+    Spawn {
+        /// What the thread was for.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The runtime itself broke an invariant (a bug in Weir).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Renders a panic payload as text.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

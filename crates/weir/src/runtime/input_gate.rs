@@ -1,0 +1,199 @@
+//! A task's inputs: one bounded channel per upstream subtask, read fairly, with the ability
+//! to hold back a channel (barrier alignment) while reading the others.
+
+use crossbeam_channel::{Select, TryRecvError};
+
+use crate::error::TaskError;
+use crate::runtime::channel::{CancelToken, ChannelReceiver};
+use crate::runtime::stream_element::StreamElement;
+
+struct InputChannel<T> {
+    receiver: ChannelReceiver<T>,
+    finished: bool,
+    blocked: bool,
+}
+
+impl<T> InputChannel<T> {
+    fn is_readable(&self) -> bool {
+        !self.finished && !self.blocked
+    }
+}
+
+/// The input channels of one subtask.
+pub struct InputGate<T> {
+    channels: Vec<InputChannel<T>>,
+    next: usize,
+    open: usize,
+    cancel: CancelToken,
+}
+
+impl<T> InputGate<T> {
+    /// A gate over `receivers`, indexed by input channel index.
+    pub fn new(receivers: Vec<ChannelReceiver<T>>, cancel: CancelToken) -> Self {
+        let open = receivers.len();
+        Self {
+            channels: receivers
+                .into_iter()
+                .map(|receiver| InputChannel {
+                    receiver,
+                    finished: false,
+                    blocked: false,
+                })
+                .collect(),
+            next: 0,
+            open,
+            cancel,
+        }
+    }
+
+    /// Number of input channels.
+    pub fn num_channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Marks `channel` as ended (its end-of-stream was received); it is not read again.
+    pub fn mark_finished(&mut self, channel: usize) {
+        if !self.channels[channel].finished {
+            self.channels[channel].finished = true;
+            self.open -= 1;
+        }
+    }
+
+    /// Whether `channel` has ended.
+    pub fn is_channel_finished(&self, channel: usize) -> bool {
+        self.channels[channel].finished
+    }
+
+    /// Whether every channel has ended.
+    pub fn is_finished(&self) -> bool {
+        self.open == 0
+    }
+
+    /// Holds back (or releases) `channel`: a blocked channel is not read, so its producer
+    /// eventually blocks too, while the other channels keep flowing.
+    pub fn set_blocked(&mut self, channel: usize, blocked: bool) {
+        self.channels[channel].blocked = blocked;
+    }
+
+    /// Releases every held-back channel.
+    pub fn unblock_all(&mut self) {
+        self.channels.iter_mut().for_each(|c| c.blocked = false);
+    }
+
+    /// The next element of a readable channel, if one is ready now. Channels are visited
+    /// round-robin so that no input starves another.
+    pub fn poll(&mut self) -> Result<Option<(usize, StreamElement<T>)>, TaskError> {
+        let n = self.channels.len();
+        for step in 0..n {
+            let i = (self.next + step) % n;
+            let channel = &self.channels[i];
+            if !channel.is_readable() {
+                continue;
+            }
+            match channel.receiver.rx.try_recv() {
+                Ok(element) => {
+                    self.next = (i + 1) % n;
+                    return Ok(Some((i, element)));
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    return Err(TaskError::ChannelClosed { peer: "upstream" })
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next element of a readable channel, waiting for one, or for cancellation.
+    pub fn next_blocking(&mut self) -> Result<(usize, StreamElement<T>), TaskError> {
+        if let Some(ready) = self.poll()? {
+            return Ok(ready);
+        }
+        let readable: Vec<usize> = (0..self.channels.len())
+            .filter(|&i| self.channels[i].is_readable())
+            .collect();
+        if readable.is_empty() {
+            return Err(TaskError::Internal(
+                "waiting for input while every open channel is held back".into(),
+            ));
+        }
+        let mut select = Select::new();
+        let cancel_index = select.recv(self.cancel.receiver());
+        for &i in &readable {
+            select.recv(&self.channels[i].receiver.rx);
+        }
+        let operation = select.select();
+        let index = operation.index();
+        if index == cancel_index {
+            let _ = operation.recv(self.cancel.receiver());
+            return Err(TaskError::Cancelled);
+        }
+        // Select indices follow insertion order: cancel first, then `readable`.
+        let channel = readable[index - 1];
+        match operation.recv(&self.channels[channel].receiver.rx) {
+            Ok(element) => {
+                self.next = (channel + 1) % self.channels.len();
+                Ok((channel, element))
+            }
+            Err(_) => Err(TaskError::ChannelClosed { peer: "upstream" }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::channel::{cancel_pair, channel};
+    use crate::runtime::stream_element::StreamEvent;
+
+    #[test]
+    fn blocked_channel_is_not_read_until_released() {
+        let (_h, cancel) = cancel_pair();
+        let (tx0, rx0) = channel::<u32>(4);
+        let (tx1, rx1) = channel::<u32>(4);
+        let mut gate = InputGate::new(vec![rx0, rx1], cancel.clone());
+        tx0.send(StreamElement::Records(vec![1]), &cancel).unwrap();
+        tx1.send(StreamElement::Records(vec![2]), &cancel).unwrap();
+        gate.set_blocked(0, true);
+        assert_eq!(
+            gate.poll().unwrap(),
+            Some((1, StreamElement::Records(vec![2])))
+        );
+        assert_eq!(gate.poll().unwrap(), None);
+        gate.unblock_all();
+        assert_eq!(
+            gate.poll().unwrap(),
+            Some((0, StreamElement::Records(vec![1])))
+        );
+    }
+
+    #[test]
+    fn blocking_read_wakes_on_cancel() {
+        let (handle, cancel) = cancel_pair();
+        let (_tx, rx) = channel::<u32>(1);
+        let mut gate = InputGate::new(vec![rx], cancel);
+        let t = std::thread::spawn(move || gate.next_blocking().map(|_| ()));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(handle);
+        assert!(matches!(t.join().unwrap(), Err(TaskError::Cancelled)));
+    }
+
+    #[test]
+    fn vanished_producer_is_an_error_and_finished_channels_are_skipped() {
+        let (_h, cancel) = cancel_pair();
+        let (tx0, rx0) = channel::<u32>(4);
+        let (tx1, rx1) = channel::<u32>(4);
+        let mut gate = InputGate::new(vec![rx0, rx1], cancel.clone());
+        tx0.send(StreamElement::Event(StreamEvent::EndOfStream), &cancel)
+            .unwrap();
+        drop(tx0);
+        let (ch, _) = gate.next_blocking().unwrap();
+        gate.mark_finished(ch);
+        assert!(!gate.is_finished());
+        drop(tx1);
+        assert!(matches!(
+            gate.next_blocking(),
+            Err(TaskError::ChannelClosed { .. })
+        ));
+    }
+}

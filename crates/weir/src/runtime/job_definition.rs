@@ -1,0 +1,23 @@
+//! A job ready to deploy: its plan plus what instantiates each node.
+
+use std::sync::Arc;
+
+use crate::config::ExecutionConfig;
+use crate::graph::explain::ExecutionPlan;
+use crate::runtime::operator_factory::NodeFactory;
+use crate::runtime::stream_type::{SharedAny, StreamType};
+
+/// Everything the runtime needs to run a job: the translated plan and, per node and edge,
+/// the typed factories that the untyped plan refers to by index.
+pub struct JobDefinition {
+    /// The four layers.
+    pub plan: ExecutionPlan,
+    /// The job's configuration.
+    pub config: ExecutionConfig,
+    /// How each node is instantiated, indexed by node id.
+    pub factories: Vec<NodeFactory>,
+    /// The output record type of each node, indexed by node id.
+    pub output_types: Vec<Arc<dyn StreamType>>,
+    /// The key selector of each hash edge, indexed by edge id.
+    pub key_selectors: Vec<Option<SharedAny>>,
+}

@@ -1,0 +1,18 @@
+//! The runtime: channels, record writers, input gates, operators, tasks, and the local
+//! mini-cluster that runs them.
+
+pub mod channel;
+pub mod input_gate;
+pub mod job_definition;
+pub mod job_result;
+pub mod key_selector;
+pub mod mini_cluster;
+pub mod one_input_task;
+pub mod operator_factory;
+pub mod operators;
+pub mod output;
+pub mod record_writer;
+pub mod source_task;
+pub mod stream_element;
+pub mod stream_type;
+pub mod task;

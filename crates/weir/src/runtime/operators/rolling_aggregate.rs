@@ -1,0 +1,172 @@
+//! Rolling aggregations on a keyed stream (`reduce`, `sum`, `count`): per key, one state
+//! value updated by each record, and the updated result emitted.
+
+use std::sync::Arc;
+
+use crate::error::TaskError;
+use crate::record::{Key, Record};
+use crate::runtime::key_selector::KeySelector;
+use crate::runtime::operators::{pass_events_through, OperatorCore};
+use crate::runtime::output::{call_user, in_operator, Output};
+use crate::runtime::task::OperatorSetup;
+use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+
+/// How a rolling aggregation folds records into its per-key state.
+pub trait RollingAggregator<K, I>: Clone + Send + 'static {
+    /// The per-key accumulator.
+    type State: Send + 'static;
+    /// What is emitted after each update.
+    type Output;
+    /// The first record of a key: the initial state and the first result.
+    fn init(&mut self, key: &K, record: I) -> (Self::State, Self::Output);
+    /// A later record: updates the state in place and returns the new result.
+    fn update(&mut self, key: &K, state: &mut Self::State, record: I) -> Self::Output;
+}
+
+/// Name of the value state that holds the accumulator, so a restored job finds it.
+pub const AGGREGATE_STATE_NAME: &str = "rolling-aggregate";
+
+/// Applies a [`RollingAggregator`] per key, keeping accumulators in keyed value state.
+pub struct RollingAggregateOperator<K, I, A: RollingAggregator<K, I>> {
+    core: OperatorCore,
+    key_selector: Arc<dyn KeySelector<I, Key = K>>,
+    backend: HeapKeyedStateBackend<K>,
+    state: usize,
+    aggregator: A,
+    output: Box<dyn Output<A::Output>>,
+}
+
+impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
+    /// An aggregation with `aggregator` over records keyed by `key_selector`.
+    pub fn new(
+        setup: &OperatorSetup,
+        key_selector: Arc<dyn KeySelector<I, Key = K>>,
+        aggregator: A,
+        output: Box<dyn Output<A::Output>>,
+    ) -> Result<Self, TaskError> {
+        let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
+        let state = backend.register_value_state::<A::State>(AGGREGATE_STATE_NAME)?;
+        Ok(Self {
+            core: OperatorCore::new(setup),
+            key_selector,
+            backend,
+            state,
+            aggregator,
+            output,
+        })
+    }
+}
+
+impl<K, I, A> Output<I> for RollingAggregateOperator<K, I, A>
+where
+    K: Key,
+    I: Record,
+    A: RollingAggregator<K, I>,
+    A::Output: Record,
+{
+    #[inline]
+    fn collect(&mut self, record: I) -> Result<(), TaskError> {
+        self.core.records_in += 1;
+        let name = &self.core.name;
+        let selector = &self.key_selector;
+        let key = call_user(name, || selector.key(&record))?;
+        let state_error = |e: crate::error::StateError| in_operator(name, e.into());
+        let slot = self.backend.resolve_key(&key).map_err(state_error)?;
+        let aggregator = &mut self.aggregator;
+        let result = match self
+            .backend
+            .value_mut::<A::State>(self.state, &key, slot)
+            .map_err(state_error)?
+        {
+            Some(acc) => call_user(name, || aggregator.update(&key, acc, record))?,
+            None => {
+                let (acc, result) = call_user(name, || aggregator.init(&key, record))?;
+                self.backend
+                    .update(self.state, &key, slot, acc)
+                    .map_err(state_error)?;
+                result
+            }
+        };
+        self.core.records_out += 1;
+        self.output.collect(result)
+    }
+    pass_events_through!();
+}
+
+/// `count()`: the number of records per key so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountAggregator;
+
+impl<K: Key, I> RollingAggregator<K, I> for CountAggregator {
+    type State = u64;
+    type Output = (K, u64);
+    fn init(&mut self, key: &K, _record: I) -> (u64, (K, u64)) {
+        (1, (key.clone(), 1))
+    }
+    fn update(&mut self, key: &K, state: &mut u64, _record: I) -> (K, u64) {
+        *state += 1;
+        (key.clone(), *state)
+    }
+}
+
+/// `sum(f)`: the sum of `f(record)` per key so far.
+#[derive(Debug, Clone)]
+pub struct SumAggregator<F> {
+    field: F,
+}
+
+impl<F> SumAggregator<F> {
+    /// Sums the values `field` extracts.
+    pub fn new(field: F) -> Self {
+        Self { field }
+    }
+}
+
+impl<K, I, V, F> RollingAggregator<K, I> for SumAggregator<F>
+where
+    K: Key,
+    V: Record + std::ops::AddAssign,
+    F: FnMut(&I) -> V + Clone + Send + 'static,
+{
+    type State = V;
+    type Output = (K, V);
+    fn init(&mut self, key: &K, record: I) -> (V, (K, V)) {
+        let v = (self.field)(&record);
+        (v.clone(), (key.clone(), v))
+    }
+    fn update(&mut self, key: &K, state: &mut V, record: I) -> (K, V) {
+        *state += (self.field)(&record);
+        (key.clone(), state.clone())
+    }
+}
+
+/// `reduce(f)`: folds each key's records with `f(accumulated, next)`.
+#[derive(Debug, Clone)]
+pub struct ReduceAggregator<F> {
+    f: F,
+}
+
+impl<F> ReduceAggregator<F> {
+    /// Reduces with `f`.
+    pub fn new(f: F) -> Self {
+        Self { f }
+    }
+}
+
+impl<K, T, F> RollingAggregator<K, T> for ReduceAggregator<F>
+where
+    K: Key,
+    T: Record,
+    F: FnMut(T, T) -> T + Clone + Send + 'static,
+{
+    type State = T;
+    type Output = T;
+    fn init(&mut self, _key: &K, record: T) -> (T, T) {
+        (record.clone(), record)
+    }
+    fn update(&mut self, _key: &K, state: &mut T, record: T) -> T {
+        let reduced = (self.f)(state.clone(), record);
+        *state = reduced.clone();
+        reduced
+    }
+}

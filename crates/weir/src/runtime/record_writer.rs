@@ -1,0 +1,208 @@
+//! Sends a task's output records to the subtasks of one downstream vertex, in batches,
+//! choosing channels with the edge's partitioner.
+
+use std::sync::Arc;
+
+use crate::error::TaskError;
+use crate::record::Record;
+use crate::runtime::channel::{CancelToken, ChannelSender};
+use crate::runtime::key_selector::KeyGroupOf;
+use crate::runtime::output::{OperatorMetrics, Output};
+use crate::runtime::stream_element::{StreamElement, StreamEvent};
+use crate::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
+
+/// How a writer picks the channel of each record.
+pub enum ChannelSelector<T> {
+    /// The single channel to the same subtask index.
+    Forward,
+    /// Round-robin, starting at the given channel.
+    RoundRobin {
+        /// Next channel to use.
+        next: usize,
+    },
+    /// Every channel.
+    Broadcast,
+    /// The subtask owning the record's key group.
+    Hash {
+        /// Computes a record's key group.
+        key_group_of: Arc<dyn KeyGroupOf<T>>,
+        /// Reused serialization buffer and the number of key groups.
+        assigner: KeyGroupAssigner,
+    },
+}
+
+/// Batches records per channel and sends a batch when it is full, on flush, or before an
+/// event (so events stay behind the records emitted before them).
+pub struct RecordWriter<T> {
+    channels: Vec<ChannelSender<T>>,
+    buffers: Vec<Vec<T>>,
+    selector: ChannelSelector<T>,
+    batch_size: usize,
+    cancel: CancelToken,
+}
+
+impl<T: Record> RecordWriter<T> {
+    /// A writer over `channels` (ordered by consumer subtask for all-to-all partitioners).
+    pub fn new(
+        channels: Vec<ChannelSender<T>>,
+        selector: ChannelSelector<T>,
+        batch_size: usize,
+        cancel: CancelToken,
+    ) -> Self {
+        let buffers = channels
+            .iter()
+            .map(|_| Vec::with_capacity(batch_size))
+            .collect();
+        Self {
+            channels,
+            buffers,
+            selector,
+            batch_size,
+            cancel,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, channel: usize, record: T) -> Result<(), TaskError> {
+        let buffer = &mut self.buffers[channel];
+        buffer.push(record);
+        if buffer.len() >= self.batch_size {
+            self.send_batch(channel)?;
+        }
+        Ok(())
+    }
+
+    fn send_batch(&mut self, channel: usize) -> Result<(), TaskError> {
+        let batch = std::mem::replace(
+            &mut self.buffers[channel],
+            Vec::with_capacity(self.batch_size),
+        );
+        self.channels[channel].send(StreamElement::Records(batch), &self.cancel)
+    }
+}
+
+impl<T: Record> Output<T> for RecordWriter<T> {
+    #[inline]
+    fn collect(&mut self, record: T) -> Result<(), TaskError> {
+        let n = self.channels.len();
+        match &mut self.selector {
+            ChannelSelector::Forward => self.push(0, record),
+            ChannelSelector::RoundRobin { next } => {
+                let channel = *next;
+                *next = if channel + 1 == n { 0 } else { channel + 1 };
+                self.push(channel, record)
+            }
+            ChannelSelector::Broadcast => {
+                for channel in 0..n - 1 {
+                    self.push(channel, record.clone())?;
+                }
+                self.push(n - 1, record)
+            }
+            ChannelSelector::Hash {
+                key_group_of,
+                assigner,
+            } => {
+                let group = key_group_of.key_group(&record, assigner)?;
+                let channel =
+                    operator_index_for_key_group(assigner.max_parallelism(), n as u32, group);
+                self.push(channel as usize, record)
+            }
+        }
+    }
+
+    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
+        self.flush()?;
+        for channel in &self.channels {
+            channel.send(StreamElement::Event(*event), &self.cancel)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TaskError> {
+        for channel in 0..self.channels.len() {
+            if !self.buffers[channel].is_empty() {
+                self.send_batch(channel)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn report_metrics(&self, _into: &mut Vec<OperatorMetrics>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::channel::{cancel_pair, channel, ChannelReceiver};
+    use crate::runtime::key_selector::FnKeySelector;
+
+    fn drain(rx: &ChannelReceiver<u64>) -> (Vec<u64>, Vec<StreamEvent>) {
+        let (mut records, mut events) = (vec![], vec![]);
+        while let Ok(el) = rx.rx.try_recv() {
+            match el {
+                StreamElement::Records(b) => records.extend(b),
+                StreamElement::Event(e) => events.push(e),
+            }
+        }
+        (records, events)
+    }
+
+    fn writer(
+        n: usize,
+        selector: ChannelSelector<u64>,
+    ) -> (RecordWriter<u64>, Vec<ChannelReceiver<u64>>) {
+        let (_h, cancel) = cancel_pair();
+        std::mem::forget(_h);
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel(64)).unzip();
+        (RecordWriter::new(txs, selector, 4, cancel), rxs)
+    }
+
+    #[test]
+    fn round_robin_spreads_evenly() {
+        let (mut w, rxs) = writer(3, ChannelSelector::RoundRobin { next: 0 });
+        (0..30).for_each(|i| w.collect(i).unwrap());
+        w.emit_event(&StreamEvent::EndOfStream).unwrap();
+        for rx in &rxs {
+            let (records, events) = drain(rx);
+            assert_eq!(records.len(), 10);
+            assert_eq!(events, vec![StreamEvent::EndOfStream]);
+        }
+    }
+
+    #[test]
+    fn broadcast_reaches_every_channel() {
+        let (mut w, rxs) = writer(2, ChannelSelector::Broadcast);
+        (0..5).for_each(|i| w.collect(i).unwrap());
+        w.flush().unwrap();
+        for rx in &rxs {
+            assert_eq!(drain(rx).0, vec![0, 1, 2, 3, 4]);
+        }
+    }
+
+    #[test]
+    fn hash_sends_each_key_to_its_key_group_owner() {
+        let selector = ChannelSelector::Hash {
+            key_group_of: Arc::new(FnKeySelector::new(|r: &u64| r % 10)),
+            assigner: KeyGroupAssigner::new(16),
+        };
+        let (mut w, rxs) = writer(3, selector);
+        (0..100).for_each(|i| w.collect(i).unwrap());
+        w.flush().unwrap();
+        let mut assigner = KeyGroupAssigner::new(16);
+        for (subtask, rx) in rxs.iter().enumerate() {
+            for r in drain(rx).0 {
+                let group = assigner.key_group(&(r % 10)).unwrap();
+                assert_eq!(operator_index_for_key_group(16, 3, group), subtask as u32);
+            }
+        }
+    }
+
+    #[test]
+    fn events_follow_buffered_records() {
+        let (mut w, rxs) = writer(1, ChannelSelector::Forward);
+        w.collect(7).unwrap();
+        w.emit_event(&StreamEvent::EndOfStream).unwrap();
+        let first = rxs[0].rx.try_recv().unwrap();
+        assert_eq!(first, StreamElement::Records(vec![7]));
+    }
+}

@@ -1,0 +1,163 @@
+//! Type erasure at the graph boundary. The graph layers are untyped data; each node keeps a
+//! [`StreamType`] of its output records, which can create the typed channels, writers,
+//! fan-outs and input loops that the runtime wires between nodes. Everything typed is built
+//! once at deployment, never per record.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::graph::partitioner::PartitionerKind;
+use crate::record::Record;
+use crate::runtime::channel::{channel, CancelToken, ChannelReceiver, ChannelSender};
+use crate::runtime::input_gate::InputGate;
+use crate::runtime::key_selector::KeyGroupOf;
+use crate::runtime::one_input_task::OneInputStreamTask;
+use crate::runtime::output::{Discard, FanOut, Output};
+use crate::runtime::record_writer::{ChannelSelector, RecordWriter};
+use crate::runtime::task::Invokable;
+use crate::state::key_group::KeyGroupAssigner;
+
+/// A typed runtime object behind `dyn Any`.
+pub type AnyBox = Box<dyn Any + Send>;
+/// A typed, shared, immutable graph attachment (a hash edge's key selector).
+pub type SharedAny = Arc<dyn Any + Send + Sync>;
+
+/// How a record writer should partition.
+pub struct WriterSpec<'a> {
+    /// The edge's partitioner.
+    pub partitioner: PartitionerKind,
+    /// For hash edges: `Arc<dyn KeyGroupOf<T>>` behind `Any`.
+    pub key_selector: Option<&'a SharedAny>,
+    /// Key groups of the consumer.
+    pub max_parallelism: u32,
+    /// Index of the producing subtask (where round-robin starts).
+    pub producer_subtask: u32,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// The job's cancellation signal.
+    pub cancel: CancelToken,
+}
+
+/// Typed factory methods for the records a node emits.
+pub trait StreamType: Send + Sync {
+    /// The Rust type name, for plans and errors.
+    fn type_name(&self) -> &'static str;
+    /// A bounded channel: (`ChannelSender<T>`, `ChannelReceiver<T>`).
+    fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
+    /// A `Box<dyn Output<T>>` writing to `senders`.
+    fn record_writer(&self, senders: Vec<AnyBox>, spec: WriterSpec<'_>) -> Result<AnyBox, String>;
+    /// A `Box<dyn Output<T>>` feeding every output in `outputs`.
+    fn fan_out(&self, outputs: Vec<AnyBox>) -> Result<AnyBox, String>;
+    /// A `Box<dyn Output<T>>` that drops records.
+    fn discard(&self) -> AnyBox;
+    /// The loop reading `receivers` into `head` (a `Box<dyn Output<T>>`).
+    fn input_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        cancel: CancelToken,
+        buffer_timeout: Duration,
+    ) -> Result<Box<dyn Invokable>, String>;
+}
+
+/// The [`StreamType`] of records of type `T`.
+pub struct TypeOf<T>(PhantomData<fn() -> T>);
+
+impl<T> TypeOf<T> {
+    /// The stream type of `T`, shareable between graph nodes.
+    pub fn shared() -> Arc<dyn StreamType>
+    where
+        T: Record,
+    {
+        Arc::new(TypeOf::<T>(PhantomData))
+    }
+}
+
+/// Unboxes a runtime object, or says which one had the wrong type (a wiring bug).
+pub fn downcast<X: 'static>(boxed: AnyBox, what: &str) -> Result<X, String> {
+    boxed
+        .downcast::<X>()
+        .map(|b| *b)
+        .map_err(|_| format!("{what} is not a {}", std::any::type_name::<X>()))
+}
+
+impl<T: Record> StreamType for TypeOf<T> {
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<T>()
+    }
+
+    fn channel(&self, capacity: usize) -> (AnyBox, AnyBox) {
+        let (tx, rx) = channel::<T>(capacity);
+        (Box::new(tx), Box::new(rx))
+    }
+
+    fn record_writer(&self, senders: Vec<AnyBox>, spec: WriterSpec<'_>) -> Result<AnyBox, String> {
+        let senders = senders
+            .into_iter()
+            .map(|s| downcast::<ChannelSender<T>>(s, "channel sender"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if senders.is_empty() {
+            return Err("record writer without channels".into());
+        }
+        let selector = match spec.partitioner {
+            PartitionerKind::Forward => ChannelSelector::Forward,
+            PartitionerKind::Rebalance => ChannelSelector::RoundRobin {
+                next: spec.producer_subtask as usize % senders.len(),
+            },
+            PartitionerKind::Broadcast => ChannelSelector::Broadcast,
+            PartitionerKind::Hash => {
+                let key_group_of = spec
+                    .key_selector
+                    .and_then(|k| k.downcast_ref::<Arc<dyn KeyGroupOf<T>>>())
+                    .ok_or("hash edge without a key selector of its record type")?
+                    .clone();
+                ChannelSelector::Hash {
+                    key_group_of,
+                    assigner: KeyGroupAssigner::new(spec.max_parallelism),
+                }
+            }
+        };
+        let writer: Box<dyn Output<T>> = Box::new(RecordWriter::new(
+            senders,
+            selector,
+            spec.batch_size,
+            spec.cancel,
+        ));
+        Ok(Box::new(writer))
+    }
+
+    fn fan_out(&self, outputs: Vec<AnyBox>) -> Result<AnyBox, String> {
+        let outputs = outputs
+            .into_iter()
+            .map(|o| downcast::<Box<dyn Output<T>>>(o, "output"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let fan_out: Box<dyn Output<T>> = Box::new(FanOut::new(outputs));
+        Ok(Box::new(fan_out))
+    }
+
+    fn discard(&self) -> AnyBox {
+        let discard: Box<dyn Output<T>> = Box::new(Discard);
+        Box::new(discard)
+    }
+
+    fn input_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        cancel: CancelToken,
+        buffer_timeout: Duration,
+    ) -> Result<Box<dyn Invokable>, String> {
+        let receivers = receivers
+            .into_iter()
+            .map(|r| downcast::<ChannelReceiver<T>>(r, "channel receiver"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let head = downcast::<Box<dyn Output<T>>>(head, "chain head")?;
+        Ok(Box::new(OneInputStreamTask::new(
+            InputGate::new(receivers, cancel),
+            head,
+            buffer_timeout,
+        )))
+    }
+}
