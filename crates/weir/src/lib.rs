@@ -31,3 +31,8 @@ pub use record::{Key, Record};
 pub use runtime::job_result::JobExecutionResult;
 pub use runtime::output::Collector;
 pub use state::value_state::ValueState;
+
+/// The README's code, compiled and run as a doctest so it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

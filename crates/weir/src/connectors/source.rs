@@ -191,7 +191,9 @@ pub struct SourceReaderContext {
 }
 
 impl SourceReaderContext {
-    pub(crate) fn new(subtask: u32, parallelism: u32, requests: Sender<ReaderEvent>) -> Self {
+    /// A context for reader `subtask` of `parallelism`, whose split requests go to
+    /// `requests` (the runtime wires this to the source coordinator; tests may read it).
+    pub fn new(subtask: u32, parallelism: u32, requests: Sender<ReaderEvent>) -> Self {
         Self {
             subtask,
             parallelism,

@@ -117,7 +117,15 @@ impl ExecutionPlan {
             eg.channels.len()
         );
         for v in &eg.vertices {
-            let _ = writeln!(s, "  {}  {}", v.name, v.key_groups);
+            let keyed = jg.vertices[v.id.vertex.index()]
+                .operators
+                .iter()
+                .any(|n| sg.node(*n).keyed);
+            if keyed {
+                let _ = writeln!(s, "  {}  {}", v.name, v.key_groups);
+            } else {
+                let _ = writeln!(s, "  {}", v.name);
+            }
         }
         for (i, e) in jg.edges.iter().enumerate() {
             let n = eg.channels.iter().filter(|c| c.job_edge == i).count();

@@ -1,0 +1,152 @@
+//! Keyed aggregations at several parallelisms equal a sequential computation on the same
+//! input.
+
+use std::collections::HashMap;
+
+use weir::{ExecutionConfig, StreamExecutionEnvironment};
+
+const RECORDS: u64 = 200_000;
+const KEYS: u64 = 1_000;
+
+/// A deterministic, well-mixed key for record `i` (SplitMix64).
+fn key_of(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % KEYS
+}
+
+fn env(parallelism: u32) -> StreamExecutionEnvironment {
+    StreamExecutionEnvironment::new(
+        ExecutionConfig::default()
+            .with_parallelism(parallelism)
+            .with_buffer_size(256),
+    )
+    .unwrap()
+}
+
+/// Final value per key of a rolling aggregation: the largest count seen for that key.
+fn final_counts(updates: Vec<(u64, u64)>) -> HashMap<u64, u64> {
+    let mut last = HashMap::new();
+    for (k, c) in updates {
+        let e = last.entry(k).or_insert(0);
+        *e = (*e).max(c);
+    }
+    last
+}
+
+fn sequential_counts() -> HashMap<u64, u64> {
+    let mut expected = HashMap::new();
+    for i in 0..RECORDS {
+        *expected.entry(key_of(i)).or_insert(0) += 1;
+    }
+    expected
+}
+
+#[test]
+fn keyed_count_matches_sequential_at_parallelism_1_2_4() {
+    let expected = sequential_counts();
+    for parallelism in [1, 2, 4] {
+        let env = env(parallelism);
+        let out = env
+            .generate(RECORDS, key_of)
+            .key_by(|k: &u64| *k)
+            .count()
+            .collect();
+        let result = env.execute("keyed count").unwrap();
+        let updates = out.take();
+        assert_eq!(
+            updates.len() as u64,
+            RECORDS,
+            "one update per record at p={parallelism}"
+        );
+        // Every update of a key is one more than the previous: counts 1..=n, each once.
+        let mut per_key: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (k, c) in &updates {
+            per_key.entry(*k).or_default().push(*c);
+        }
+        for (k, mut counts) in per_key {
+            counts.sort_unstable();
+            let n = expected[&k];
+            assert_eq!(
+                counts,
+                (1..=n).collect::<Vec<_>>(),
+                "key {k} at p={parallelism}"
+            );
+        }
+        assert_eq!(final_counts(updates), expected, "p={parallelism}");
+        let count_op = result.operator("Keyed Count").unwrap();
+        assert_eq!(count_op.records_in, RECORDS);
+        assert_eq!(count_op.parallelism, parallelism);
+    }
+}
+
+#[test]
+fn keyed_sum_and_reduce_match_sequential() {
+    let mut expected_sum: HashMap<u64, u64> = HashMap::new();
+    let mut expected_max: HashMap<u64, u64> = HashMap::new();
+    for i in 0..RECORDS {
+        *expected_sum.entry(key_of(i)).or_insert(0) += i;
+        let m = expected_max.entry(key_of(i)).or_insert(0);
+        *m = (*m).max(i);
+    }
+    for parallelism in [1, 3] {
+        let env = env(parallelism);
+        let pairs = env.generate(RECORDS, |i| (key_of(i), i));
+        let sums = pairs
+            .key_by(|p: &(u64, u64)| p.0)
+            .sum(|p: &(u64, u64)| p.1)
+            .collect();
+        let maxima = pairs
+            .key_by(|p: &(u64, u64)| p.0)
+            .reduce(|a, b| if a.1 >= b.1 { a } else { b })
+            .collect();
+        env.execute("sum and reduce").unwrap();
+        assert_eq!(
+            final_counts(sums.take()),
+            expected_sum,
+            "sum at p={parallelism}"
+        );
+        assert_eq!(
+            final_counts(maxima.take()),
+            expected_max,
+            "reduce at p={parallelism}"
+        );
+    }
+}
+
+#[test]
+fn keyed_process_function_keeps_value_state_per_key() {
+    use weir::{BoxError, Collector, KeyedContext, KeyedProcessFunction, ValueState};
+
+    /// Emits each key's running total once the input ends… per record, the running total.
+    #[derive(Clone)]
+    struct RunningTotal {
+        total: ValueState<u64>,
+    }
+    impl KeyedProcessFunction<u64, (u64, u64), (u64, u64)> for RunningTotal {
+        fn process_element(
+            &mut self,
+            value: (u64, u64),
+            ctx: &mut KeyedContext<'_, u64>,
+            out: &mut Collector<'_, (u64, u64)>,
+        ) -> Result<(), BoxError> {
+            assert_eq!(*ctx.current_key(), value.0);
+            let total = self.total.value(ctx)?.unwrap_or(0) + value.1;
+            self.total.update(ctx, total)?;
+            out.collect((value.0, total));
+            Ok(())
+        }
+    }
+
+    let env = env(2);
+    let out = env
+        .generate(RECORDS, |i| (key_of(i), 1))
+        .key_by(|p: &(u64, u64)| p.0)
+        .process(RunningTotal {
+            total: ValueState::new("total"),
+        })
+        .collect();
+    env.execute("keyed process").unwrap();
+    assert_eq!(final_counts(out.take()), sequential_counts());
+}

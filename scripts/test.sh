@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
+# whatever the tests need (nothing external yet: the core engine needs no broker or
+# database), then formatting, lints, every test, and a smoke run of the main example.
+# Safe to run again: every step is idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "error: cargo not found; install the Rust toolchain (rustup) first" >&2
+        exit 1
+    fi
+fi
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        log "installing rust component $component"
+        rustup component add "$component"
+    fi
+done
+
+log "toolchain: $(cargo --version)"
+log "format check"
+cargo fmt --all -- --check
+log "clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+log "smoke run of the main example"
+cargo run --locked -q -p weir-examples --bin page_view_count -- --records 200000 --pages 500 | tail -n 1
+log "tests"
+cargo test --workspace --locked
