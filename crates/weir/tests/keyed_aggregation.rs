@@ -150,3 +150,24 @@ fn keyed_process_function_keeps_value_state_per_key() {
     env.execute("keyed process").unwrap();
     assert_eq!(final_counts(out.take()), sequential_counts());
 }
+
+#[test]
+fn key_groups_follow_the_keyed_operators_own_max_parallelism() {
+    // The keyed operator has 16 key groups; an operator chained after it declares 4. Routing
+    // and state must both use the keyed operator's 16.
+    let env = env(3);
+    let out = env
+        .generate(20_000, key_of)
+        .key_by(|k: &u64| *k)
+        .count()
+        .max_parallelism(16)
+        .map(|pair| pair)
+        .max_parallelism(4)
+        .collect();
+    env.execute("custom key groups").unwrap();
+    let mut expected = HashMap::new();
+    for i in 0..20_000 {
+        *expected.entry(key_of(i)).or_insert(0) += 1;
+    }
+    assert_eq!(final_counts(out.take()), expected);
+}

@@ -18,7 +18,8 @@ pub struct JobVertex {
     pub operators: Vec<NodeId>,
     /// Number of parallel subtasks.
     pub parallelism: u32,
-    /// Number of key groups.
+    /// Number of key groups of the head operator (the only one of the chain that can be
+    /// keyed, since a keyed input is a hash edge, which never chains).
     pub max_parallelism: u32,
     /// Whether the head is a source.
     pub is_source: bool,
@@ -97,7 +98,6 @@ impl JobGraph {
                     let v = &mut vertices[vertex.index()];
                     v.operators.push(node.id);
                     v.name = format!("{} -> {}", v.name, node.name);
-                    v.max_parallelism = v.max_parallelism.min(node.max_parallelism);
                     chained_edges.push(edge.id);
                     vertex_of_node.push(vertex);
                 }

@@ -257,7 +257,6 @@ fn deploy(job: &JobDefinition, cancel: &CancelToken) -> Result<Deployment, WeirE
                     let job_edge = jg.job_edge_of(edge.id).ok_or_else(|| {
                         WeirError::Internal(format!("edge {} has no job edge", edge.id))
                     })?;
-                    let target = &jg.vertices[jg.edges[job_edge].target.index()];
                     let chans = senders.remove(&(job_edge, ev.id)).unwrap_or_default();
                     let writer = ty
                         .record_writer(
@@ -265,7 +264,7 @@ fn deploy(job: &JobDefinition, cancel: &CancelToken) -> Result<Deployment, WeirE
                             WriterSpec {
                                 partitioner: edge.partitioner,
                                 key_selector: job.key_selectors[edge.id.index()].as_ref(),
-                                max_parallelism: target.max_parallelism,
+                                max_parallelism: sg.node(edge.target).max_parallelism,
                                 producer_subtask: ev.id.subtask,
                                 batch_size: config.buffer_size,
                                 cancel: cancel.clone(),
