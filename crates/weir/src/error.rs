@@ -74,9 +74,17 @@ pub enum GraphError {
 /// Errors raised by keyed state and key-group assignment.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// A key could not be serialized for hashing.
-    #[error("cannot serialize key for key-group assignment: {0}")]
-    KeySerialization(#[from] postcard::Error),
+    /// A key or state value could not be serialized or deserialized.
+    #[error("state serialization failed: {0}")]
+    Codec(#[from] postcard::Error),
+    /// Restored state bytes are damaged.
+    #[error("restored state `{state}` is corrupt: {reason}")]
+    Corrupt {
+        /// The state's name (or the file).
+        state: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A key arrived at a subtask that does not own its key group.
     #[error(
         "key group {key_group} does not belong to this subtask (it owns {range}); \

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod error;
@@ -30,7 +31,9 @@ pub use graph::explain::ExecutionPlan;
 pub use record::{Key, Record};
 pub use runtime::job_result::JobExecutionResult;
 pub use runtime::output::Collector;
-pub use state::value_state::ValueState;
+pub use state::{
+    AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
+};
 
 /// The README's code, compiled and run as a doctest so it cannot go stale.
 #[cfg(doctest)]

@@ -6,12 +6,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// A stream element: serializable (so that any channel can become a network channel and any
-/// state can be snapshotted), cloneable (broadcast and fan-out), and owned (`'static`) so that
-/// no task holds a reference into another task's memory.
+/// state can be snapshotted), cloneable (broadcast and fan-out), owned (`'static`) so that no
+/// task holds a reference into another task's memory, and `Sync` so that state holding it can
+/// be written out by a snapshot thread while the task goes on.
 ///
 /// Implemented for every type meeting the bounds.
-pub trait Record: Serialize + DeserializeOwned + Clone + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Clone + Send + 'static> Record for T {}
+pub trait Record: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
+impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Record for T {}
 
 /// A key of a keyed stream: a [`Record`] that can also index a hash map.
 ///

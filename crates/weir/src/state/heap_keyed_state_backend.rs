@@ -1,14 +1,14 @@
 //! The heap keyed state backend: state lives in hash maps, one map per key group per state,
 //! so that snapshots and rescaling work key group by key group.
 
-use std::any::Any;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use hashbrown::HashMap;
 
 use crate::error::StateError;
 use crate::record::Key;
 use crate::state::key_group::{KeyGroupAssigner, KeyGroupRange};
+use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
+use crate::state::keyed_state_table::{ErasedStateTable, StateTable, StateValue};
 
 /// Distinguishes backend instances so a state handle never uses an index cached for another.
 static NEXT_BACKEND_ID: AtomicU64 = AtomicU64::new(1);
@@ -20,44 +20,28 @@ pub struct KeyGroupSlot {
     /// Absolute key group.
     pub key_group: u32,
     /// Index of the key group within the backend's range.
-    index: usize,
-}
-
-/// Value state of every key, partitioned by key group (index = key group − range start).
-struct ValueStateTable<K, V> {
-    groups: Vec<HashMap<K, V>>,
+    pub(crate) index: usize,
 }
 
 struct RegisteredState {
     name: String,
     value_type: &'static str,
-    table: Box<dyn Any + Send>,
-}
-
-fn downcast_table<K: Key, V: Send + 'static>(
-    state: &mut RegisteredState,
-) -> Result<&mut ValueStateTable<K, V>, StateError> {
-    let (name, existing) = (&state.name, state.value_type);
-    match state.table.downcast_mut::<ValueStateTable<K, V>>() {
-        Some(table) => Ok(table),
-        None => Err(StateError::TypeMismatch {
-            state: name.clone(),
-            existing,
-            requested: std::any::type_name::<V>(),
-        }),
-    }
+    table: Box<dyn ErasedStateTable>,
 }
 
 /// Keyed state of one operator subtask, for the key groups that subtask owns.
 ///
 /// The backend does not hold a "current key": callers resolve a key to its
 /// [`KeyGroupSlot`] once per record and pass both to each access, which keeps the hot path
-/// free of key clones.
+/// free of key clones. States are registered by name and value type; restored state waits,
+/// as bytes, until its state is registered, and is carried over into snapshots until then.
 pub struct HeapKeyedStateBackend<K> {
     id: u64,
     range: KeyGroupRange,
     assigner: KeyGroupAssigner,
     states: Vec<RegisteredState>,
+    /// Restored bytes of states not registered yet: name → key group → entries.
+    pending_restore: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -69,6 +53,7 @@ impl<K: Key> HeapKeyedStateBackend<K> {
             range,
             assigner: KeyGroupAssigner::new(max_parallelism),
             states: Vec::new(),
+            pending_restore: BTreeMap::new(),
             _key: std::marker::PhantomData,
         }
     }
@@ -84,6 +69,7 @@ impl<K: Key> HeapKeyedStateBackend<K> {
     }
 
     /// Finds the key group of `key` and checks that this backend owns it.
+    #[inline]
     pub fn resolve_key(&mut self, key: &K) -> Result<KeyGroupSlot, StateError> {
         let group = self.assigner.key_group(key)?;
         if !self.range.contains(group) {
@@ -98,72 +84,144 @@ impl<K: Key> HeapKeyedStateBackend<K> {
         })
     }
 
-    /// Registers (or looks up) the value state `name`; returns its index.
-    pub fn register_value_state<V: Send + 'static>(
-        &mut self,
-        name: &str,
-    ) -> Result<usize, StateError> {
-        let requested = std::any::type_name::<V>();
+    /// Registers (or looks up) state `name` whose per-key value is `S`; returns its index.
+    /// Restored data of that state is loaded now.
+    pub fn register<S: StateValue>(&mut self, name: &str) -> Result<usize, StateError> {
         if let Some(index) = self.states.iter().position(|s| s.name == name) {
-            downcast_table::<K, V>(&mut self.states[index])?;
+            self.table::<S>(index)?;
             return Ok(index);
         }
-        let groups = (0..self.range.len()).map(|_| HashMap::new()).collect();
+        let mut table: Box<dyn ErasedStateTable> =
+            Box::new(StateTable::<K, S>::new(self.range.len()));
+        if let Some(groups) = self.pending_restore.remove(name) {
+            for (group, bytes) in groups {
+                if self.range.contains(group) {
+                    table.restore_group((group - self.range.start) as usize, &bytes)?;
+                }
+            }
+        }
         self.states.push(RegisteredState {
             name: name.to_string(),
-            value_type: requested,
-            table: Box::new(ValueStateTable::<K, V> { groups }),
+            value_type: std::any::type_name::<S>(),
+            table,
         });
         Ok(self.states.len() - 1)
     }
 
+    fn mismatch<S>(&self, index: usize) -> StateError {
+        StateError::TypeMismatch {
+            state: self.states[index].name.clone(),
+            existing: self.states[index].value_type,
+            requested: std::any::type_name::<S>(),
+        }
+    }
+
+    /// The table of state `index`.
+    pub fn table<S: StateValue>(&self, index: usize) -> Result<&StateTable<K, S>, StateError> {
+        match self.states[index]
+            .table
+            .as_any()
+            .downcast_ref::<StateTable<K, S>>()
+        {
+            Some(t) => Ok(t),
+            None => Err(self.mismatch::<S>(index)),
+        }
+    }
+
+    /// The table of state `index`, mutable.
+    #[inline]
+    pub fn table_mut<S: StateValue>(
+        &mut self,
+        index: usize,
+    ) -> Result<&mut StateTable<K, S>, StateError> {
+        if !self.states[index].table.as_any().is::<StateTable<K, S>>() {
+            return Err(self.mismatch::<S>(index));
+        }
+        self.states[index]
+            .table
+            .as_any_mut()
+            .downcast_mut()
+            .ok_or_else(|| StateError::TypeMismatch {
+                state: String::new(),
+                existing: "",
+                requested: std::any::type_name::<S>(),
+            })
+    }
+
     /// The value of state `index` for `key`, mutable.
-    pub fn value_mut<V: Send + 'static>(
+    #[inline]
+    pub fn value_mut<S: StateValue>(
         &mut self,
         index: usize,
         key: &K,
         slot: KeyGroupSlot,
-    ) -> Result<Option<&mut V>, StateError> {
-        let table = downcast_table::<K, V>(&mut self.states[index])?;
-        Ok(table.groups[slot.index].get_mut(key))
+    ) -> Result<Option<&mut S>, StateError> {
+        Ok(self.table_mut::<S>(index)?.get_mut(slot.index, key))
     }
 
     /// Sets the value of state `index` for `key`.
-    pub fn update<V: Send + 'static>(
+    #[inline]
+    pub fn update<S: StateValue>(
         &mut self,
         index: usize,
         key: &K,
         slot: KeyGroupSlot,
-        value: V,
+        value: S,
     ) -> Result<(), StateError> {
-        let group = &mut downcast_table::<K, V>(&mut self.states[index])?.groups[slot.index];
-        match group.get_mut(key) {
-            Some(existing) => *existing = value,
-            None => {
-                group.insert(key.clone(), value);
+        self.table_mut::<S>(index)?.insert(slot.index, key, value);
+        Ok(())
+    }
+
+    /// Removes the value of state `index` for `key`.
+    pub fn clear<S: StateValue>(
+        &mut self,
+        index: usize,
+        key: &K,
+        slot: KeyGroupSlot,
+    ) -> Result<(), StateError> {
+        self.table_mut::<S>(index)?.remove(slot.index, key);
+        Ok(())
+    }
+
+    /// Number of keys holding a value in state `index`.
+    pub fn len<S: StateValue>(&self, index: usize) -> Result<usize, StateError> {
+        Ok(self.table::<S>(index)?.len())
+    }
+
+    /// Loads restored key-group blocks; states registered later pick their part up.
+    pub fn restore(&mut self, blocks: Vec<KeyGroupBlock>) -> Result<(), StateError> {
+        for block in blocks {
+            if !self.range.contains(block.key_group) {
+                continue;
+            }
+            for (name, bytes) in block.states {
+                match self.states.iter_mut().find(|s| s.name == name) {
+                    Some(state) => state
+                        .table
+                        .restore_group((block.key_group - self.range.start) as usize, &bytes)?,
+                    None => {
+                        self.pending_restore
+                            .entry(name)
+                            .or_default()
+                            .insert(block.key_group, bytes);
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// Removes the value of state `index` for `key`.
-    pub fn clear<V: Send + 'static>(
-        &mut self,
-        index: usize,
-        key: &K,
-        slot: KeyGroupSlot,
-    ) -> Result<(), StateError> {
-        downcast_table::<K, V>(&mut self.states[index])?.groups[slot.index].remove(key);
-        Ok(())
-    }
-
-    /// Number of keys holding a value in state `index`, over all owned key groups.
-    pub fn len<V: Send + 'static>(&mut self, index: usize) -> Result<usize, StateError> {
-        Ok(downcast_table::<K, V>(&mut self.states[index])?
-            .groups
-            .iter()
-            .map(HashMap::len)
-            .sum())
+    /// The synchronous part of a snapshot: freezes every state (pointer copies only).
+    pub fn snapshot(&self) -> KeyedStateSnapshot {
+        KeyedStateSnapshot {
+            range: self.range,
+            states: self
+                .states
+                .iter()
+                .map(|s| (s.name.clone(), s.table.snapshot()))
+                .collect(),
+            pending: self.pending_restore.clone(),
+        }
     }
 }
 
@@ -171,12 +229,13 @@ impl<K: Key> HeapKeyedStateBackend<K> {
 mod tests {
     use super::*;
     use crate::state::key_group::key_group_range_for_operator;
+    use crate::state::keyed_state_snapshot::decode_key_group_block;
 
     #[test]
     fn values_are_scoped_to_their_key() {
         let mut backend =
             HeapKeyedStateBackend::<String>::new(8, KeyGroupRange { start: 0, end: 7 });
-        let count = backend.register_value_state::<u64>("count").unwrap();
+        let count = backend.register::<u64>("count").unwrap();
         let (a, b) = ("a".to_string(), "b".to_string());
         let (sa, sb) = (
             backend.resolve_key(&a).unwrap(),
@@ -208,9 +267,9 @@ mod tests {
     #[test]
     fn type_mismatch_is_an_error() {
         let mut backend = HeapKeyedStateBackend::<u32>::new(1, KeyGroupRange { start: 0, end: 0 });
-        let s = backend.register_value_state::<u64>("s").unwrap();
+        let s = backend.register::<u64>("s").unwrap();
         assert!(matches!(
-            backend.register_value_state::<String>("s"),
+            backend.register::<String>("s"),
             Err(StateError::TypeMismatch { .. })
         ));
         let slot = backend.resolve_key(&1).unwrap();
@@ -218,5 +277,45 @@ mod tests {
             backend.update(s, &1, slot, "x".to_string()),
             Err(StateError::TypeMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn snapshot_restores_into_a_rescaled_backend_and_carries_unregistered_state() {
+        let full = KeyGroupRange { start: 0, end: 15 };
+        let mut backend = HeapKeyedStateBackend::<u64>::new(16, full);
+        let count = backend.register::<u64>("count").unwrap();
+        for k in 0..1000u64 {
+            let slot = backend.resolve_key(&k).unwrap();
+            backend.update(count, &k, slot, k * 2).unwrap();
+        }
+        let (bytes, entries) = backend.snapshot().write().unwrap();
+        // Restore the upper half of the key groups only.
+        let half = KeyGroupRange { start: 8, end: 15 };
+        let blocks = entries
+            .iter()
+            .filter(|e| half.contains(e.key_group))
+            .map(|e| {
+                let block = &bytes[e.offset as usize..(e.offset + e.length) as usize];
+                decode_key_group_block(e, block, "test").unwrap()
+            })
+            .collect();
+        let mut restored = HeapKeyedStateBackend::<u64>::new(16, half);
+        restored.restore(blocks).unwrap();
+        // Not registered yet: a snapshot still carries it.
+        let (again, again_entries) = restored.snapshot().write().unwrap();
+        assert!(!again_entries.is_empty() && again.len() > 8);
+        let count = restored.register::<u64>("count").unwrap();
+        let mut owned = 0;
+        for k in 0..1000u64 {
+            if let Ok(slot) = restored.resolve_key(&k) {
+                owned += 1;
+                assert_eq!(
+                    restored.value_mut::<u64>(count, &k, slot).unwrap().copied(),
+                    Some(k * 2)
+                );
+            }
+        }
+        assert_eq!(restored.len::<u64>(count).unwrap(), owned);
+        assert!(owned > 300 && owned < 700, "{owned}");
     }
 }

@@ -1,9 +1,16 @@
-//! Keyed state: key groups and the heap state backend.
+//! State: key groups, the heap keyed state backend and its snapshots, keyed state handles
+//! (value, list, map, reducing, aggregating) and operator list state.
 
 pub mod heap_keyed_state_backend;
 pub mod key_group;
-pub mod value_state;
+pub mod keyed_state_snapshot;
+pub mod keyed_state_table;
+pub mod operator_state;
+pub mod state_handles;
 
 pub use heap_keyed_state_backend::HeapKeyedStateBackend;
 pub use key_group::{KeyGroupAssigner, KeyGroupRange};
-pub use value_state::ValueState;
+pub use operator_state::OperatorStateBackend;
+pub use state_handles::{
+    AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
+};

@@ -14,7 +14,7 @@ use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 /// How a rolling aggregation folds records into its per-key state.
 pub trait RollingAggregator<K, I>: Clone + Send + 'static {
     /// The per-key accumulator.
-    type State: Send + 'static;
+    type State: crate::state::keyed_state_table::StateValue;
     /// What is emitted after each update.
     type Output;
     /// The first record of a key: the initial state and the first result.
@@ -45,7 +45,7 @@ impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
         output: Box<dyn Output<A::Output>>,
     ) -> Result<Self, TaskError> {
         let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
-        let state = backend.register_value_state::<A::State>(AGGREGATE_STATE_NAME)?;
+        let state = backend.register::<A::State>(AGGREGATE_STATE_NAME)?;
         Ok(Self {
             core: OperatorCore::new(setup),
             key_selector,

@@ -1,0 +1,236 @@
+//! Checkpointing settings, with Flink's names and defaults where sensible.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// Guarantee that checkpoints give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointingMode {
+    /// Barriers are aligned: state reflects each record exactly once.
+    ExactlyOnce,
+    /// Barriers are not aligned: after a recovery some records may be counted twice, none lost.
+    AtLeastOnce,
+}
+
+/// Where checkpoints are written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointStorageConfig {
+    /// In this process's memory; for tests (lost when the process exits).
+    Memory,
+    /// Under a directory: `<dir>/<job>/chk-<id>/`.
+    FileSystem(PathBuf),
+}
+
+/// What happens to retained checkpoints when the job is cancelled
+/// (Flink's `ExternalizedCheckpointRetention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetentionOnCancel {
+    /// Delete them.
+    Delete,
+    /// Keep them, so the job can be resumed from the latest one.
+    Retain,
+}
+
+/// Checkpointing settings of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointConfig {
+    /// Time between two checkpoint triggers; `None` disables periodic checkpoints
+    /// (`execution.checkpointing.interval`).
+    pub interval: Option<Duration>,
+    /// Exactly-once (aligned) or at-least-once.
+    pub mode: CheckpointingMode,
+    /// A checkpoint not complete after this long expires (`execution.checkpointing.timeout`).
+    pub timeout: Duration,
+    /// Least time between the end of one checkpoint and the trigger of the next
+    /// (`execution.checkpointing.min-pause`).
+    pub min_pause: Duration,
+    /// Checkpoints in flight at once (`execution.checkpointing.max-concurrent-checkpoints`).
+    pub max_concurrent: u32,
+    /// Consecutive failed checkpoints tolerated before the job fails
+    /// (`execution.checkpointing.tolerable-failed-checkpoints`).
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept (`state.checkpoints.num-retained`).
+    pub retained: u32,
+    /// What cancellation does to retained checkpoints.
+    pub retention_on_cancel: RetentionOnCancel,
+    /// Where checkpoints go.
+    pub storage: CheckpointStorageConfig,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            interval: None,
+            mode: CheckpointingMode::ExactlyOnce,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failures: 0,
+            retained: 1,
+            retention_on_cancel: RetentionOnCancel::Delete,
+            storage: CheckpointStorageConfig::FileSystem(PathBuf::from("weir-checkpoints")),
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Enables periodic checkpoints every `interval`.
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+    /// Sets the mode.
+    pub fn with_mode(mut self, mode: CheckpointingMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Sets the minimum pause between checkpoints.
+    pub fn with_min_pause(mut self, min_pause: Duration) -> Self {
+        self.min_pause = min_pause;
+        self
+    }
+    /// Sets the number of concurrent checkpoints.
+    pub fn with_max_concurrent(mut self, max_concurrent: u32) -> Self {
+        self.max_concurrent = max_concurrent;
+        self
+    }
+    /// Sets the number of tolerated consecutive checkpoint failures.
+    pub fn with_tolerable_failures(mut self, failures: u32) -> Self {
+        self.tolerable_failures = failures;
+        self
+    }
+    /// Sets the number of retained completed checkpoints.
+    pub fn with_retained(mut self, retained: u32) -> Self {
+        self.retained = retained;
+        self
+    }
+    /// Sets what cancellation does to retained checkpoints.
+    pub fn with_retention_on_cancel(mut self, retention: RetentionOnCancel) -> Self {
+        self.retention_on_cancel = retention;
+        self
+    }
+    /// Sets the checkpoint storage.
+    pub fn with_storage(mut self, storage: CheckpointStorageConfig) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// Rejects invalid values and combinations, saying why.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |option: &'static str, value: String, reason: &str| ConfigError {
+            option,
+            value,
+            reason: reason.to_string(),
+        };
+        if let Some(interval) = self.interval {
+            if interval < Duration::from_millis(10) {
+                return Err(err(
+                    "checkpoint.interval",
+                    format!("{interval:?}"),
+                    "must be at least 10 ms",
+                ));
+            }
+        }
+        if self.timeout < Duration::from_millis(10) {
+            return Err(err(
+                "checkpoint.timeout",
+                format!("{:?}", self.timeout),
+                "must be at least 10 ms",
+            ));
+        }
+        if self.max_concurrent == 0 {
+            return Err(err(
+                "checkpoint.max_concurrent",
+                "0".into(),
+                "must be at least 1",
+            ));
+        }
+        if !self.min_pause.is_zero() && self.max_concurrent > 1 {
+            return Err(err(
+                "checkpoint.min_pause",
+                format!("{:?}", self.min_pause),
+                &format!(
+                    "a minimum pause between checkpoints cannot be combined with max_concurrent = {} \
+                     (a pause only makes sense when checkpoints run one at a time)",
+                    self.max_concurrent
+                ),
+            ));
+        }
+        if self.retained == 0 {
+            return Err(err(
+                "checkpoint.retained",
+                "0".into(),
+                "must be at least 1: recovery needs the latest completed checkpoint",
+            ));
+        }
+        if let CheckpointStorageConfig::FileSystem(dir) = &self.storage {
+            if dir.as_os_str().is_empty() {
+                return Err(err(
+                    "checkpoint.storage",
+                    "\"\"".into(),
+                    "directory must not be empty",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_pause_with_concurrent_checkpoints_is_rejected() {
+        let e = CheckpointConfig::default()
+            .with_min_pause(Duration::from_millis(100))
+            .with_max_concurrent(2)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.option, "checkpoint.min_pause");
+        assert!(e.reason.contains("max_concurrent = 2"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let base = CheckpointConfig::default();
+        let cases = [
+            (
+                base.clone().with_interval(Duration::from_millis(1)),
+                "checkpoint.interval",
+            ),
+            (
+                base.clone().with_timeout(Duration::ZERO),
+                "checkpoint.timeout",
+            ),
+            (
+                base.clone().with_max_concurrent(0),
+                "checkpoint.max_concurrent",
+            ),
+            (base.clone().with_retained(0), "checkpoint.retained"),
+            (
+                base.clone()
+                    .with_storage(CheckpointStorageConfig::FileSystem(PathBuf::new())),
+                "checkpoint.storage",
+            ),
+        ];
+        for (config, option) in cases {
+            assert_eq!(config.validate().unwrap_err().option, option);
+        }
+        base.with_interval(Duration::from_secs(1))
+            .validate()
+            .unwrap();
+    }
+}
