@@ -2,7 +2,18 @@
 
 use std::time::Duration;
 
+use crate::checkpoint::config::CheckpointConfig;
+use crate::checkpoint::restart_strategy::RestartStrategyConfig;
 use crate::error::ConfigError;
+
+/// Where a job starts from (Flink's `SavepointRestoreSettings`, `run -s`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RestoreSettings {
+    /// A savepoint or retained checkpoint: its directory (its `_metadata` is read).
+    pub path: String,
+    /// Drop state of operators the job no longer has instead of failing.
+    pub allow_non_restored_state: bool,
+}
 
 /// Largest number of key groups, as in Flink (2^15).
 pub const UPPER_BOUND_MAX_PARALLELISM: u32 = 1 << 15;
@@ -18,7 +29,7 @@ pub const UPPER_BOUND_MAX_PARALLELISM: u32 = 1 << 15;
 ///     .with_buffer_timeout(Duration::from_millis(10));
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExecutionConfig {
     /// Parallelism of operators that do not set their own (`parallelism.default`).
     pub parallelism: u32,
@@ -34,6 +45,13 @@ pub struct ExecutionConfig {
     /// (`execution.buffer-timeout`). Idle tasks flush at once.
     #[serde(with = "duration_millis")]
     pub buffer_timeout: Duration,
+    /// Checkpointing (off unless an interval is set).
+    pub checkpoint: CheckpointConfig,
+    /// What to do when a task fails; `None` picks Flink's default: restart (fixed delay) when
+    /// checkpointing is on, fail at once when it is off.
+    pub restart_strategy: Option<RestartStrategyConfig>,
+    /// Start from a savepoint or retained checkpoint.
+    pub restore: Option<RestoreSettings>,
 }
 
 impl Default for ExecutionConfig {
@@ -47,6 +65,9 @@ impl Default for ExecutionConfig {
             buffer_size: 1024,
             channel_capacity: 4,
             buffer_timeout: Duration::from_millis(100),
+            checkpoint: CheckpointConfig::default(),
+            restart_strategy: None,
+            restore: None,
         }
     }
 }
@@ -81,6 +102,34 @@ impl ExecutionConfig {
     pub fn with_buffer_timeout(mut self, timeout: Duration) -> Self {
         self.buffer_timeout = timeout;
         self
+    }
+
+    /// Sets the checkpointing configuration.
+    pub fn with_checkpointing(mut self, checkpoint: CheckpointConfig) -> Self {
+        self.checkpoint = checkpoint;
+        self
+    }
+    /// Sets the restart strategy.
+    pub fn with_restart_strategy(mut self, strategy: RestartStrategyConfig) -> Self {
+        self.restart_strategy = Some(strategy);
+        self
+    }
+    /// Starts the job from the savepoint or checkpoint at `path`.
+    pub fn with_restore(mut self, path: impl Into<String>, allow_non_restored_state: bool) -> Self {
+        self.restore = Some(RestoreSettings {
+            path: path.into(),
+            allow_non_restored_state,
+        });
+        self
+    }
+
+    /// The restart strategy in force.
+    pub fn effective_restart_strategy(&self) -> RestartStrategyConfig {
+        match (&self.restart_strategy, self.checkpoint.interval) {
+            (Some(strategy), _) => strategy.clone(),
+            (None, Some(_)) => RestartStrategyConfig::default(),
+            (None, None) => RestartStrategyConfig::None,
+        }
     }
 
     /// Checks every value; the error names the option and says why it is rejected.
@@ -119,6 +168,10 @@ impl ExecutionConfig {
                 "0".into(),
                 "must be at least 1 batch",
             ));
+        }
+        self.checkpoint.validate()?;
+        if let Some(strategy) = &self.restart_strategy {
+            strategy.validate()?;
         }
         if self.buffer_timeout.is_zero() {
             return Err(err(

@@ -215,6 +215,20 @@ pub enum WeirError {
         #[source]
         failure: Box<OperatorFailure>,
     },
+    /// A checkpoint or savepoint cannot be restored.
+    #[error("cannot restore checkpoint {checkpoint_id}: {reason}")]
+    Restore {
+        /// The checkpoint.
+        checkpoint_id: u64,
+        /// Why.
+        reason: String,
+    },
+    /// Checkpoint storage failed.
+    #[error(transparent)]
+    Storage(#[from] crate::checkpoint::storage::StorageError),
+    /// The job was asked for something it cannot do now.
+    #[error("{0}")]
+    InvalidRequest(String),
     /// A runtime thread could not be started.
     #[error("cannot start thread for {what}: {source}")]
     Spawn {

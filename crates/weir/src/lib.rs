@@ -23,13 +23,20 @@ pub mod state;
 
 pub use api::data_stream::{DataStream, DataStreamSink};
 pub use api::environment::StreamExecutionEnvironment;
-pub use api::functions::{KeyedContext, KeyedProcessFunction, ProcessFunction, RuntimeContext};
+pub use api::functions::{
+    FunctionStateContext, KeyedContext, KeyedProcessFunction, ProcessFunction, RuntimeContext,
+};
 pub use api::keyed_stream::KeyedStream;
+pub use checkpoint::config::{
+    CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, RetentionOnCancel,
+};
+pub use checkpoint::restart_strategy::RestartStrategyConfig;
 pub use config::ExecutionConfig;
 pub use error::{BoxError, WeirError};
 pub use graph::explain::ExecutionPlan;
 pub use record::{Key, Record};
-pub use runtime::job_result::JobExecutionResult;
+pub use runtime::job_result::{JobExecutionResult, JobStatus};
+pub use runtime::mini_cluster::JobClient;
 pub use runtime::output::Collector;
 pub use state::{
     AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,

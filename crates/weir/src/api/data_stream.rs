@@ -99,6 +99,7 @@ impl<T: Record> DataStream<T> {
         kind: OperatorKind,
         keyed: bool,
         create: impl Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<T>>, BoxError>
+            + Send
             + 'static,
     ) -> DataStream<O> {
         let mut node = PendingNode::new(

@@ -14,7 +14,7 @@ use crate::graph::explain::ExecutionPlan;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::Record;
 use crate::runtime::job_result::JobExecutionResult;
-use crate::runtime::mini_cluster::MiniCluster;
+use crate::runtime::mini_cluster::{JobClient, MiniCluster};
 use crate::runtime::operator_factory::NodeFactory;
 use crate::runtime::source_task::SourceOperatorFactory;
 use crate::runtime::stream_type::TypeOf;
@@ -102,7 +102,13 @@ impl StreamExecutionEnvironment {
     /// record counts and the wall time, or the first failure with the operator and subtask
     /// it happened in.
     pub fn execute(&self, job_name: &str) -> Result<JobExecutionResult, WeirError> {
+        self.execute_async(job_name)?.wait()
+    }
+
+    /// Starts the job and returns at once with its client, through which savepoints are
+    /// taken, the job is stopped or cancelled, and checkpoint statistics are read.
+    pub fn execute_async(&self, job_name: &str) -> Result<JobClient, WeirError> {
         let definition = self.builder.borrow_mut().take_definition(job_name)?;
-        MiniCluster::execute(definition)
+        MiniCluster::submit(definition)
     }
 }

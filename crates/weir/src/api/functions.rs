@@ -3,6 +3,35 @@
 use crate::error::BoxError;
 use crate::runtime::output::Collector;
 use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+use crate::state::operator_state::OperatorStateBackend;
+
+/// What a function sees when it initializes or snapshots its operator state (Flink's
+/// `FunctionInitializationContext` / `FunctionSnapshotContext`).
+pub struct FunctionStateContext<'a> {
+    pub(crate) operator_state: &'a mut OperatorStateBackend,
+    pub(crate) checkpoint_id: Option<u64>,
+    pub(crate) runtime: &'a RuntimeContext,
+}
+
+impl FunctionStateContext<'_> {
+    /// The operator's list states: read them in `initialize_state`, replace them in
+    /// `snapshot_state`.
+    pub fn operator_state(&mut self) -> &mut OperatorStateBackend {
+        self.operator_state
+    }
+    /// Whether the operator starts from a checkpoint or savepoint.
+    pub fn is_restored(&self) -> bool {
+        self.operator_state.is_restored()
+    }
+    /// The checkpoint being taken (in `snapshot_state`).
+    pub fn checkpoint_id(&self) -> Option<u64> {
+        self.checkpoint_id
+    }
+    /// The subtask.
+    pub fn runtime(&self) -> &RuntimeContext {
+        self.runtime
+    }
+}
 
 /// What a function knows of the subtask it runs in (Flink's `RuntimeContext`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +116,22 @@ pub trait ProcessFunction<I, O>: Clone + Send + 'static {
     ) -> Result<(), BoxError> {
         Ok(())
     }
+    /// Called once at task start, before `open`: restore operator state here.
+    fn initialize_state(&mut self, _ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Called at each checkpoint, between two records: put operator state here.
+    fn snapshot_state(&mut self, _ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` is complete (the notice can be lost; a later one implies it).
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` was aborted.
+    fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// A function over each record of a keyed stream, with the current key and keyed state
@@ -134,6 +179,22 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
         _ctx: &RuntimeContext,
         _out: &mut Collector<'_, O>,
     ) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Called once at task start, before `open`: restore operator state here.
+    fn initialize_state(&mut self, _ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Called at each checkpoint, between two records: put operator state here.
+    fn snapshot_state(&mut self, _ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` is complete (the notice can be lost; a later one implies it).
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` was aborted.
+    fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
         Ok(())
     }
 }

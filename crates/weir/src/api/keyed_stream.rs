@@ -78,7 +78,7 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
                     selector.clone(),
                     function.clone(),
                     out,
-                )))
+                )?))
             },
         )
     }

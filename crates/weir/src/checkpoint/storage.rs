@@ -59,6 +59,8 @@ pub struct StoredCheckpoint {
 pub trait CheckpointStorage: Send + Sync {
     /// Human-readable description (the directory).
     fn describe(&self) -> String;
+    /// The location of snapshot `id` (whether or not it exists yet).
+    fn location(&self, id: u64, kind: SnapshotType) -> String;
     /// Creates the location of snapshot `id` and returns it.
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError>;
     /// Writes a state file durably; returns its name relative to `location`.
@@ -180,6 +182,13 @@ impl FsCheckpointStorage {
 impl CheckpointStorage for FsCheckpointStorage {
     fn describe(&self) -> String {
         self.job_dir.display().to_string()
+    }
+
+    fn location(&self, id: u64, kind: SnapshotType) -> String {
+        self.job_dir
+            .join(location_name(id, kind))
+            .display()
+            .to_string()
     }
 
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
@@ -311,8 +320,12 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         self.root.clone()
     }
 
+    fn location(&self, id: u64, kind: SnapshotType) -> String {
+        format!("{}/{}", self.root, location_name(id, kind))
+    }
+
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
-        let location = format!("{}/{}", self.root, location_name(id, kind));
+        let location = self.location(id, kind);
         self.files().insert(format!("{location}/"), Vec::new());
         Ok(location)
     }

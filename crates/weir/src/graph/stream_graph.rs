@@ -56,6 +56,16 @@ pub struct StreamNode {
     pub output_type: String,
 }
 
+impl StreamNode {
+    /// The uid that maps this operator's state: the one given with `uid()`, or one derived
+    /// from its position in the graph (stable only while the graph's shape is unchanged).
+    pub fn effective_uid(&self) -> String {
+        self.uid
+            .clone()
+            .unwrap_or_else(|| format!("auto-{}", self.id.0))
+    }
+}
+
 /// A connection between two operators.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamEdge {

@@ -1,11 +1,20 @@
 //! A task's inputs: one bounded channel per upstream subtask, read fairly, with the ability
 //! to hold back a channel (barrier alignment) while reading the others.
 
-use crossbeam_channel::{Select, TryRecvError};
+use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use crate::error::TaskError;
 use crate::runtime::channel::{CancelToken, ChannelReceiver};
 use crate::runtime::stream_element::StreamElement;
+
+/// What a blocking read of the gate yields.
+#[derive(Debug, PartialEq)]
+pub enum GateNext<T, C> {
+    /// An element of input channel `.0`.
+    Element(usize, StreamElement<T>),
+    /// A message from the side channel watched alongside the inputs.
+    Other(C),
+}
 
 struct InputChannel<T> {
     receiver: ChannelReceiver<T>,
@@ -64,6 +73,11 @@ impl<T> InputGate<T> {
         self.channels[channel].finished
     }
 
+    /// For each channel, whether it is still open (has not ended).
+    pub fn open_flags(&self) -> Vec<bool> {
+        self.channels.iter().map(|c| !c.finished).collect()
+    }
+
     /// Whether every channel has ended.
     pub fn is_finished(&self) -> bool {
         self.open == 0
@@ -104,21 +118,18 @@ impl<T> InputGate<T> {
         Ok(None)
     }
 
-    /// The next element of a readable channel, waiting for one, or for cancellation.
-    pub fn next_blocking(&mut self) -> Result<(usize, StreamElement<T>), TaskError> {
-        if let Some(ready) = self.poll()? {
-            return Ok(ready);
+    /// The next element of a readable channel, waiting for one, for a message on `side`,
+    /// or for cancellation.
+    pub fn next_blocking<C>(&mut self, side: &Receiver<C>) -> Result<GateNext<T, C>, TaskError> {
+        if let Some((channel, element)) = self.poll()? {
+            return Ok(GateNext::Element(channel, element));
         }
         let readable: Vec<usize> = (0..self.channels.len())
             .filter(|&i| self.channels[i].is_readable())
             .collect();
-        if readable.is_empty() {
-            return Err(TaskError::Internal(
-                "waiting for input while every open channel is held back".into(),
-            ));
-        }
         let mut select = Select::new();
         let cancel_index = select.recv(self.cancel.receiver());
+        let side_index = select.recv(side);
         for &i in &readable {
             select.recv(&self.channels[i].receiver.rx);
         }
@@ -128,12 +139,19 @@ impl<T> InputGate<T> {
             let _ = operation.recv(self.cancel.receiver());
             return Err(TaskError::Cancelled);
         }
-        // Select indices follow insertion order: cancel first, then `readable`.
-        let channel = readable[index - 1];
+        if index == side_index {
+            return match operation.recv(side) {
+                Ok(message) => Ok(GateNext::Other(message)),
+                // The job manager is gone: nobody will ever read this task's output.
+                Err(_) => Err(TaskError::Cancelled),
+            };
+        }
+        // Select indices follow insertion order: cancel, side, then `readable`.
+        let channel = readable[index - 2];
         match operation.recv(&self.channels[channel].receiver.rx) {
             Ok(element) => {
                 self.next = (channel + 1) % self.channels.len();
-                Ok((channel, element))
+                Ok(GateNext::Element(channel, element))
             }
             Err(_) => Err(TaskError::ChannelClosed { peer: "upstream" }),
         }
@@ -172,7 +190,8 @@ mod tests {
         let (handle, cancel) = cancel_pair();
         let (_tx, rx) = channel::<u32>(1);
         let mut gate = InputGate::new(vec![rx], cancel);
-        let t = std::thread::spawn(move || gate.next_blocking().map(|_| ()));
+        let (_side_tx, side) = crossbeam_channel::unbounded::<()>();
+        let t = std::thread::spawn(move || gate.next_blocking(&side).map(|_| ()));
         std::thread::sleep(std::time::Duration::from_millis(20));
         drop(handle);
         assert!(matches!(t.join().unwrap(), Err(TaskError::Cancelled)));
@@ -187,12 +206,16 @@ mod tests {
         tx0.send(StreamElement::Event(StreamEvent::EndOfStream), &cancel)
             .unwrap();
         drop(tx0);
-        let (ch, _) = gate.next_blocking().unwrap();
+        let (_side_tx, side) = crossbeam_channel::unbounded::<()>();
+        let GateNext::Element(ch, _) = gate.next_blocking(&side).unwrap() else {
+            panic!("expected an element")
+        };
         gate.mark_finished(ch);
         assert!(!gate.is_finished());
+        assert_eq!(gate.open_flags(), vec![false, true]);
         drop(tx1);
         assert!(matches!(
-            gate.next_blocking(),
+            gate.next_blocking(&side),
             Err(TaskError::ChannelClosed { .. })
         ));
     }

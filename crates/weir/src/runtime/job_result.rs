@@ -1,14 +1,29 @@
-//! What `execute` returns: wall time and record counts per operator.
+//! What a finished job reports: status, wall time, record counts per operator, restarts and
+//! checkpoint statistics.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::checkpoint::stats::CheckpointHistory;
 use crate::graph::ids::NodeId;
 use crate::runtime::output::OperatorMetrics;
 
-/// Record counts of one operator, summed over its subtasks.
+/// How a job ended without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Every source ended and every record was processed.
+    Finished,
+    /// Stopped after a savepoint.
+    Stopped,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// Record counts of one operator, summed over its subtasks (of the last run, after any
+/// restart).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OperatorSummary {
     /// The operator.
@@ -23,17 +38,25 @@ pub struct OperatorSummary {
     pub records_out: u64,
 }
 
-/// The outcome of a job that ran to its end.
+/// The outcome of a job that ended without failing.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobExecutionResult {
     /// The job's name.
     pub job_name: String,
-    /// From deployment to the last task's end.
+    /// How it ended.
+    pub status: JobStatus,
+    /// From submission to the end.
     pub wall_time: Duration,
     /// Per operator, in graph order.
     pub operators: Vec<OperatorSummary>,
     /// Per operator subtask.
     pub subtasks: Vec<OperatorMetrics>,
+    /// Restarts after failures.
+    pub restarts: u32,
+    /// Recent checkpoints.
+    pub checkpoints: CheckpointHistory,
+    /// The savepoint taken by stop-with-savepoint.
+    pub savepoint: Option<String>,
 }
 
 impl JobExecutionResult {
@@ -42,7 +65,7 @@ impl JobExecutionResult {
         self.operators.iter().find(|o| o.name == name)
     }
 
-    /// Records emitted by every source together.
+    /// `records` over the wall time.
     pub fn records_per_second(&self, records: u64) -> f64 {
         records as f64 / self.wall_time.as_secs_f64().max(1e-9)
     }
@@ -52,9 +75,11 @@ impl fmt::Display for JobExecutionResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "Job `{}` finished in {:.3} s",
+            "Job `{}` {:?} in {:.3} s ({} restarts)",
             self.job_name,
-            self.wall_time.as_secs_f64()
+            self.status,
+            self.wall_time.as_secs_f64(),
+            self.restarts
         )?;
         writeln!(
             f,
@@ -71,6 +96,9 @@ impl fmt::Display for JobExecutionResult {
                 o.records_in,
                 o.records_out
             )?;
+        }
+        if self.checkpoints.completed + self.checkpoints.failed > 0 {
+            write!(f, "{}", self.checkpoints)?;
         }
         Ok(())
     }

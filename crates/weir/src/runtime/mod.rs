@@ -2,8 +2,10 @@
 //! mini-cluster that runs them.
 
 pub mod channel;
+pub mod deployment;
 pub mod input_gate;
 pub mod job_definition;
+pub mod job_master;
 pub mod job_result;
 pub mod key_selector;
 pub mod mini_cluster;
@@ -12,6 +14,7 @@ pub mod operator_factory;
 pub mod operators;
 pub mod output;
 pub mod record_writer;
+pub mod snapshot;
 pub mod source_task;
 pub mod stream_element;
 pub mod stream_type;

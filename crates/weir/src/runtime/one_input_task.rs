@@ -1,13 +1,16 @@
-//! The loop of a task whose chain head reads from channels.
+//! The loop of a task whose chain head reads from channels: records, end-of-stream,
+//! checkpoint barriers (aligned per the checkpointing mode) and job manager messages.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::checkpoint::barrier_handler::{BarrierAction, BarrierHandler};
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::input_gate::InputGate;
+use crate::runtime::input_gate::{GateNext, InputGate};
 use crate::runtime::output::{OperatorMetrics, Output};
+use crate::runtime::snapshot::{checkpoint_chain, CheckpointNotification};
 use crate::runtime::stream_element::{StreamElement, StreamEvent};
-use crate::runtime::task::Invokable;
+use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
 
 /// Reads the input gate and pushes records through the chain.
 ///
@@ -16,54 +19,128 @@ use crate::runtime::task::Invokable;
 pub struct OneInputStreamTask<T> {
     gate: InputGate<T>,
     head: Box<dyn Output<T>>,
-    buffer_timeout: std::time::Duration,
+    buffer_timeout: Duration,
+    /// Checkpoint whose first barrier arrived, and when.
+    first_barrier: Option<(u64, Instant)>,
 }
 
 impl<T: Record> OneInputStreamTask<T> {
     /// A task reading `gate` into the chain starting at `head`.
-    pub fn new(
-        gate: InputGate<T>,
-        head: Box<dyn Output<T>>,
-        buffer_timeout: std::time::Duration,
-    ) -> Self {
+    pub fn new(gate: InputGate<T>, head: Box<dyn Output<T>>, buffer_timeout: Duration) -> Self {
         Self {
             gate,
             head,
             buffer_timeout,
+            first_barrier: None,
         }
     }
 
-    fn on_event(&mut self, channel: usize, event: StreamEvent) -> Result<bool, TaskError> {
+    fn apply(
+        &mut self,
+        actions: Vec<BarrierAction>,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
+        for action in actions {
+            match action {
+                BarrierAction::Block(channel) => self.gate.set_blocked(channel, true),
+                BarrierAction::Snapshot(barrier) => {
+                    self.gate.unblock_all();
+                    let alignment = match self.first_barrier.take() {
+                        Some((id, at)) if id == barrier.checkpoint_id => at.elapsed(),
+                        _ => Duration::ZERO,
+                    };
+                    checkpoint_chain(&mut *self.head, Vec::new(), barrier, env, alignment)?;
+                }
+                BarrierAction::Abort(checkpoint_id) => {
+                    self.gate.unblock_all();
+                    self.first_barrier = None;
+                    let _ = env.events.send(TaskEvent::Decline {
+                        task: env.task,
+                        checkpoint_id,
+                        reason: "a newer checkpoint's barrier arrived during alignment".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_control(
+        &mut self,
+        control: TaskControl,
+        handler: &mut BarrierHandler,
+    ) -> Result<(), TaskError> {
+        match control {
+            TaskControl::Notify(notification) => {
+                if let CheckpointNotification::Aborted(id) = notification {
+                    if handler.on_abort(id) {
+                        self.gate.unblock_all();
+                        self.first_barrier = None;
+                    }
+                }
+                self.head.notify_checkpoint(notification)
+            }
+        }
+    }
+
+    /// Handles an event; returns true when the input has ended.
+    fn on_event(
+        &mut self,
+        channel: usize,
+        event: StreamEvent,
+        handler: &mut BarrierHandler,
+        env: &TaskEnvironment,
+    ) -> Result<bool, TaskError> {
         match event {
             StreamEvent::EndOfStream => {
                 self.gate.mark_finished(channel);
+                let actions = handler.on_channel_finished(&self.gate.open_flags());
+                self.apply(actions, env)?;
                 if self.gate.is_finished() {
                     self.head.emit_event(&StreamEvent::EndOfStream)?;
                     return Ok(true);
                 }
                 Ok(false)
             }
-            StreamEvent::Barrier(barrier) => Err(TaskError::Internal(format!(
-                "received barrier of checkpoint {} but checkpointing is not enabled",
-                barrier.checkpoint_id
-            ))),
+            StreamEvent::Barrier(barrier) => {
+                if self
+                    .first_barrier
+                    .is_none_or(|(id, _)| id < barrier.checkpoint_id)
+                {
+                    self.first_barrier = Some((barrier.checkpoint_id, Instant::now()));
+                }
+                let actions = handler.on_barrier(channel, barrier, &self.gate.open_flags());
+                self.apply(actions, env)?;
+                Ok(false)
+            }
         }
     }
 }
 
 impl<T: Record> Invokable for OneInputStreamTask<T> {
-    fn invoke(&mut self) -> Result<(), TaskError> {
+    fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
+        self.head.open()?;
         if self.gate.num_channels() == 0 {
             return self.head.emit_event(&StreamEvent::EndOfStream);
         }
+        let mut handler = BarrierHandler::new(env.mode);
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
         loop {
+            while let Ok(control) = env.control.try_recv() {
+                self.on_control(control, &mut handler)?;
+            }
             let (channel, element) = match self.gate.poll()? {
                 Some(ready) => ready,
                 None => {
                     self.head.flush()?;
                     flush_deadline = Instant::now() + self.buffer_timeout;
-                    self.gate.next_blocking()?
+                    match self.gate.next_blocking(&env.control)? {
+                        GateNext::Element(channel, element) => (channel, element),
+                        GateNext::Other(control) => {
+                            self.on_control(control, &mut handler)?;
+                            continue;
+                        }
+                    }
                 }
             };
             match element {
@@ -78,7 +155,7 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
                     }
                 }
                 StreamElement::Event(event) => {
-                    if self.on_event(channel, event)? {
+                    if self.on_event(channel, event, &mut handler, env)? {
                         return Ok(());
                     }
                 }

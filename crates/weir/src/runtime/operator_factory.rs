@@ -2,16 +2,20 @@
 
 use std::marker::PhantomData;
 
+use crossbeam_channel::{Receiver, Sender};
+
 use crate::error::BoxError;
+use crate::graph::ids::NodeId;
 use crate::record::Record;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::output::Output;
+use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_type::{downcast, AnyBox};
-use crate::runtime::task::{Invokable, OperatorSetup};
+use crate::runtime::task::{Invokable, OperatorSetup, TaskEvent};
 
 /// Creates an operator: given its output (`Box<dyn Output<O>>`), returns its input side
 /// (`Box<dyn Output<I>>`), through which its predecessor pushes records.
-pub trait OperatorFactory {
+pub trait OperatorFactory: Send {
     /// Creates the operator of one subtask.
     fn create(&self, setup: &OperatorSetup, output: AnyBox) -> Result<AnyBox, BoxError>;
 }
@@ -26,7 +30,7 @@ impl<I, O, F> FnOperatorFactory<I, O, F>
 where
     I: Record,
     O: Record,
-    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError>,
+    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError> + Send,
 {
     /// Wraps `f`.
     pub fn new(f: F) -> Self {
@@ -41,7 +45,7 @@ impl<I, O, F> OperatorFactory for FnOperatorFactory<I, O, F>
 where
     I: Record,
     O: Record,
-    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError>,
+    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError> + Send,
 {
     fn create(&self, setup: &OperatorSetup, output: AnyBox) -> Result<AnyBox, BoxError> {
         let output = downcast::<Box<dyn Output<O>>>(output, "operator output")?;
@@ -52,18 +56,26 @@ where
 
 /// The coordinator side of a source (its split enumerator), run on its own thread.
 pub trait SourceCoordinatorRunner: Send {
-    /// Serves reader requests until every reader is gone or the job is cancelled.
-    fn run(self: Box<Self>) -> Result<(), crate::error::TaskError>;
+    /// Serves reader requests and checkpoint triggers until every reader is gone or the job
+    /// is cancelled.
+    fn run(
+        self: Box<Self>,
+        control: Receiver<CoordinatorControl>,
+        events: Sender<TaskEvent>,
+    ) -> Result<(), crate::error::TaskError>;
 }
 
 /// Creates a source's coordinator and its per-subtask reader tasks.
-pub trait SourceFactory {
-    /// Creates the coordinator and one reader endpoint per subtask.
+pub trait SourceFactory: Send {
+    /// Creates the coordinator (from restored enumerator state, if given) and one reader
+    /// endpoint per subtask.
     fn create_coordinator(
         &self,
+        node: NodeId,
         parallelism: u32,
         name: &str,
         cancel: CancelToken,
+        restored: Option<&[u8]>,
     ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<AnyBox>), BoxError>;
     /// Creates the source task of one subtask.
     fn create_task(

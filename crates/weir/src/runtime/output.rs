@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::error::{panic_message, BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::Record;
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
 
 /// Record counts of one operator subtask.
@@ -23,8 +24,12 @@ pub struct OperatorMetrics {
     pub records_out: u64,
 }
 
-/// Where records of type `T` go.
+/// Where records of type `T` go; an operator is the `Output` of its predecessor, so these
+/// methods also carry the chain's lifecycle, in chain order.
 pub trait Output<T>: Send {
+    /// Opens this operator and everything after it: called once on the task thread before
+    /// the first record (user functions' `initialize_state` and `open` run here).
+    fn open(&mut self) -> Result<(), TaskError>;
     /// Emits one record.
     fn collect(&mut self, record: T) -> Result<(), TaskError>;
     /// Passes an in-band event on: each operator reacts (end of input, snapshot at a barrier)
@@ -32,9 +37,43 @@ pub trait Output<T>: Send {
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError>;
     /// Sends partly filled batches downstream.
     fn flush(&mut self) -> Result<(), TaskError>;
+    /// The synchronous part of checkpoint `checkpoint_id`: appends this operator's frozen
+    /// state, then recurses down the chain. Called after the barrier was passed on.
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError>;
+    /// Tells this operator and everything after it that a checkpoint completed or aborted.
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError>;
     /// Appends the record counts of this operator and of everything downstream in the chain.
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>);
 }
+
+/// Implements the lifecycle methods of an `Output` that ends a chain (no operator state,
+/// nothing downstream in the task).
+macro_rules! chain_end_lifecycle {
+    () => {
+        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
+            Ok(())
+        }
+        fn snapshot_state(
+            &mut self,
+            _checkpoint_id: u64,
+            _into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
+        ) -> Result<(), $crate::error::TaskError> {
+            Ok(())
+        }
+        fn notify_checkpoint(
+            &mut self,
+            _notification: $crate::runtime::snapshot::CheckpointNotification,
+        ) -> Result<(), $crate::error::TaskError> {
+            Ok(())
+        }
+        fn report_metrics(&self, _into: &mut Vec<$crate::runtime::output::OperatorMetrics>) {}
+    };
+}
+pub(crate) use chain_end_lifecycle;
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
 /// after the user function returns, so user code calls `collect` without handling them.
@@ -116,6 +155,23 @@ impl<T> FanOut<T> {
 }
 
 impl<T: Record> Output<T> for FanOut<T> {
+    fn open(&mut self) -> Result<(), TaskError> {
+        self.outputs.iter_mut().try_for_each(|o| o.open())
+    }
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.snapshot_state(checkpoint_id, into))
+    }
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.notify_checkpoint(notification))
+    }
     fn collect(&mut self, record: T) -> Result<(), TaskError> {
         if let Some((last, rest)) = self.outputs.split_last_mut() {
             for out in rest {
@@ -152,7 +208,7 @@ impl<T: Send> Output<T> for Discard {
     fn flush(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
-    fn report_metrics(&self, _into: &mut Vec<OperatorMetrics>) {}
+    chain_end_lifecycle!();
 }
 
 /// Runs a fallible user function that emits into `output` through a [`Collector`]: counts
@@ -193,5 +249,5 @@ impl<T: Send> Output<T> for VecOutput<T> {
     fn flush(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
-    fn report_metrics(&self, _into: &mut Vec<OperatorMetrics>) {}
+    chain_end_lifecycle!();
 }

@@ -7,7 +7,7 @@ use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::channel::{CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
-use crate::runtime::output::{OperatorMetrics, Output};
+use crate::runtime::output::Output;
 use crate::runtime::stream_element::{StreamElement, StreamEvent};
 use crate::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
 
@@ -127,7 +127,7 @@ impl<T: Record> Output<T> for RecordWriter<T> {
         Ok(())
     }
 
-    fn report_metrics(&self, _into: &mut Vec<OperatorMetrics>) {}
+    crate::runtime::output::chain_end_lifecycle!();
 }
 
 #[cfg(test)]

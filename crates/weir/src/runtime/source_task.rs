@@ -1,15 +1,19 @@
 //! Source subtasks and their coordinator.
 //!
-//! Each source subtask runs a [`SourceReader`] in a loop; between two polls it takes split
-//! assignments from the coordinator, so its position is always exact between records. The
-//! coordinator runs the source's [`SplitEnumerator`] on the job manager's side. The two talk
-//! only through channels of [`ReaderEvent`]s and [`SplitAssignment`]s.
+//! Each source subtask runs a [`SourceReader`] in a loop; between two polls it takes
+//! messages from the coordinator (split assignments, checkpoint triggers), so its position is
+//! always exact between records. The coordinator runs the source's [`SplitEnumerator`] on the
+//! job manager's side. A checkpoint trigger goes to the coordinator first: it snapshots the
+//! enumerator, then queues the trigger to every reader behind the assignments it already
+//! sent — so every split is, at the checkpoint, either in the enumerator's state or in
+//! exactly one reader's.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
+use crate::checkpoint::metadata::{ListRedistribution, ListStateEntry};
 use crate::connectors::source::{
     InputStatus, ReaderEvent, Source, SourceReader, SourceReaderContext, SplitAssignment,
     SplitEnumerator, SplitEnumeratorContext,
@@ -19,14 +23,35 @@ use crate::graph::ids::NodeId;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
 use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics, Output};
-use crate::runtime::stream_element::StreamEvent;
+use crate::runtime::snapshot::{checkpoint_chain, CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
 use crate::runtime::stream_type::{downcast, AnyBox};
-use crate::runtime::task::{Invokable, OperatorSetup};
+use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
+
+/// Name of the operator list state holding a reader's splits (Flink's `SourceReaderState`).
+pub const READER_SPLITS_STATE: &str = "source-reader-splits";
+
+/// A message from the coordinator to one reader, in order.
+pub enum ReaderMessage<S> {
+    /// Splits, or the end of them.
+    Assignment(SplitAssignment<S>),
+    /// Take checkpoint `barrier` now.
+    Trigger(CheckpointBarrier),
+}
+
+/// A message from the job manager to a source coordinator.
+#[derive(Debug, Clone, Copy)]
+pub enum CoordinatorControl {
+    /// Snapshot the enumerator and have the readers take the checkpoint.
+    Trigger(CheckpointBarrier),
+    /// A checkpoint completed or aborted.
+    Notify(CheckpointNotification),
+}
 
 /// A reader's line to the coordinator.
 pub struct ReaderEndpoint<S> {
     to_coordinator: Sender<ReaderEvent>,
-    assignments: Receiver<SplitAssignment<S>>,
+    messages: Receiver<ReaderMessage<S>>,
 }
 
 /// Runs one source reader and pushes its records into the chain.
@@ -35,62 +60,127 @@ pub struct SourceTask<S: Source> {
     name: Arc<str>,
     subtask: u32,
     reader: S::Reader,
+    restored_splits: Option<Vec<S::Split>>,
     endpoint: ReaderEndpoint<S::Split>,
     output: Box<dyn Output<S::Output>>,
-    cancel: CancelToken,
-    buffer_timeout: std::time::Duration,
+    buffer_timeout: Duration,
     records_out: u64,
 }
 
 impl<S: Source> SourceTask<S> {
-    fn apply(&mut self, assignment: SplitAssignment<S::Split>) -> Result<(), TaskError> {
+    fn on_message(
+        &mut self,
+        message: ReaderMessage<S::Split>,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
         let reader = &mut self.reader;
-        match assignment {
-            SplitAssignment::AddSplits(splits) => {
+        match message {
+            ReaderMessage::Assignment(SplitAssignment::AddSplits(splits)) => {
                 call_user(&self.name, || reader.add_splits(splits))?
                     .map_err(|e| user_error(&self.name, e))
             }
-            SplitAssignment::NoMoreSplits => {
+            ReaderMessage::Assignment(SplitAssignment::NoMoreSplits) => {
                 call_user(&self.name, || reader.notify_no_more_splits())
             }
+            ReaderMessage::Trigger(barrier) => self.checkpoint(barrier, env),
         }
     }
 
-    fn take_assignments(&mut self) -> Result<(), TaskError> {
-        loop {
-            match self.endpoint.assignments.try_recv() {
-                Ok(assignment) => self.apply(assignment)?,
-                Err(TryRecvError::Empty) => return Ok(()),
-                Err(TryRecvError::Disconnected) => return Err(self.coordinator_gone()),
-            }
-        }
-    }
-
-    fn coordinator_gone(&self) -> TaskError {
-        if self.cancel.is_cancelled() {
-            TaskError::Cancelled
-        } else {
-            TaskError::ChannelClosed {
-                peer: "source coordinator",
-            }
-        }
-    }
-
-    /// Waits until the reader may have data again, a split arrives, or the job is cancelled.
-    fn wait_for_data(&mut self) -> Result<(), TaskError> {
-        let delay = self.reader.poll_delay();
-        let assignment = select! {
-            recv(self.endpoint.assignments) -> msg => msg.map_err(|_| self.coordinator_gone())?,
-            recv(self.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
-            default(delay) => return Ok(()),
+    /// Snapshots the reader's position between two records, then the chain.
+    fn checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
+        let reader = &mut self.reader;
+        let splits = call_user(&self.name, || reader.snapshot_state(barrier.checkpoint_id))?
+            .map_err(|e| user_error(&self.name, e))?;
+        let items = splits
+            .iter()
+            .map(postcard::to_allocvec)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| user_error(&self.name, format!("cannot serialize split: {e}").into()))?;
+        let position = OperatorSnapshot {
+            node: self.node,
+            keyed: None,
+            lists: vec![ListStateEntry {
+                name: READER_SPLITS_STATE.into(),
+                mode: ListRedistribution::EvenSplit,
+                items,
+            }],
         };
-        self.apply(assignment)
+        checkpoint_chain(
+            &mut *self.output,
+            vec![position],
+            barrier,
+            env,
+            Duration::ZERO,
+        )
+    }
+
+    fn on_control(&mut self, control: TaskControl) -> Result<(), TaskError> {
+        match control {
+            TaskControl::Notify(notification) => {
+                if let CheckpointNotification::Complete(id) = notification {
+                    let reader = &mut self.reader;
+                    call_user(&self.name, || reader.notify_checkpoint_complete(id))?
+                        .map_err(|e| user_error(&self.name, e))?;
+                }
+                self.output.notify_checkpoint(notification)
+            }
+        }
+    }
+
+    fn take_messages(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
+        while let Ok(control) = env.control.try_recv() {
+            self.on_control(control)?;
+        }
+        loop {
+            match self.endpoint.messages.try_recv() {
+                Ok(message) => self.on_message(message, env)?,
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(coordinator_gone(env)),
+            }
+        }
+    }
+
+    /// Waits until the reader may have data again, a message arrives, or the job is cancelled.
+    fn wait_for_data(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
+        let delay = self.reader.poll_delay();
+        select! {
+            recv(self.endpoint.messages) -> msg => {
+                let message = msg.map_err(|_| coordinator_gone(env))?;
+                self.on_message(message, env)
+            }
+            recv(env.control) -> control => match control {
+                Ok(control) => self.on_control(control),
+                Err(_) => Err(TaskError::Cancelled),
+            },
+            recv(env.cancel.receiver()) -> _ => Err(TaskError::Cancelled),
+            default(delay) => Ok(()),
+        }
+    }
+}
+
+fn coordinator_gone(env: &TaskEnvironment) -> TaskError {
+    if env.cancel.is_cancelled() {
+        TaskError::Cancelled
+    } else {
+        TaskError::ChannelClosed {
+            peer: "source coordinator",
+        }
     }
 }
 
 impl<S: Source> Invokable for SourceTask<S> {
-    fn invoke(&mut self) -> Result<(), TaskError> {
-        // If the coordinator is gone the next poll of assignments reports it.
+    fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
+        self.output.open()?;
+        if let Some(splits) = self.restored_splits.take() {
+            let reader = &mut self.reader;
+            call_user(&self.name, || reader.add_splits(splits))?
+                .map_err(|e| user_error(&self.name, e))?;
+        }
+        // If the coordinator is gone the next look at its messages reports it.
         let _ = self
             .endpoint
             .to_coordinator
@@ -99,10 +189,10 @@ impl<S: Source> Invokable for SourceTask<S> {
         call_user(&self.name, || reader.start())?.map_err(|e| user_error(&self.name, e))?;
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
         loop {
-            if self.cancel.is_cancelled() {
+            if env.cancel.is_cancelled() {
                 return Err(TaskError::Cancelled);
             }
-            self.take_assignments()?;
+            self.take_messages(env)?;
             let mut status = InputStatus::NothingAvailable;
             let reader = &mut self.reader;
             call_with_collector(
@@ -125,7 +215,7 @@ impl<S: Source> Invokable for SourceTask<S> {
                 InputStatus::NothingAvailable => {
                     self.output.flush()?;
                     flush_deadline = Instant::now() + self.buffer_timeout;
-                    self.wait_for_data()?;
+                    self.wait_for_data(env)?;
                 }
                 InputStatus::EndOfInput => break,
             }
@@ -144,13 +234,15 @@ impl<S: Source> Invokable for SourceTask<S> {
     }
 }
 
-/// Runs a source's enumerator and forwards its assignments to the readers.
+/// Runs a source's enumerator and forwards its assignments and checkpoint triggers to the
+/// readers.
 struct SourceCoordinator<E: SplitEnumerator> {
+    node: NodeId,
     name: Arc<str>,
     enumerator: E,
     context: SplitEnumeratorContext<E::Split>,
     inbox: Receiver<ReaderEvent>,
-    readers: Vec<Sender<SplitAssignment<E::Split>>>,
+    readers: Vec<Sender<ReaderMessage<E::Split>>>,
     cancel: CancelToken,
 }
 
@@ -169,31 +261,67 @@ impl<E: SplitEnumerator> SourceCoordinator<E> {
                 )
             })?;
             // A reader that has already ended no longer needs its assignments.
-            let _ = reader.send(assignment);
+            let _ = reader.send(ReaderMessage::Assignment(assignment));
+        }
+        Ok(())
+    }
+
+    fn trigger(
+        &mut self,
+        barrier: CheckpointBarrier,
+        events: &Sender<TaskEvent>,
+    ) -> Result<(), TaskError> {
+        let enumerator = &mut self.enumerator;
+        let state = call_user(&self.name, || {
+            enumerator.snapshot_state(barrier.checkpoint_id)
+        })?
+        .map_err(|e| user_error(&self.name, e))?;
+        let state = postcard::to_allocvec(&state).map_err(|e| {
+            user_error(
+                &self.name,
+                format!("cannot serialize enumerator state: {e}").into(),
+            )
+        })?;
+        let _ = events.send(TaskEvent::CoordinatorAcknowledge {
+            node: self.node,
+            checkpoint_id: barrier.checkpoint_id,
+            state,
+        });
+        for reader in &self.readers {
+            let _ = reader.send(ReaderMessage::Trigger(barrier));
         }
         Ok(())
     }
 }
 
 impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
-    fn run(mut self: Box<Self>) -> Result<(), TaskError> {
+    fn run(
+        mut self: Box<Self>,
+        control: Receiver<CoordinatorControl>,
+        events: Sender<TaskEvent>,
+    ) -> Result<(), TaskError> {
         self.call(|e, ctx| e.start(ctx))?;
         loop {
-            let event = select! {
+            select! {
                 recv(self.inbox) -> event => match event {
-                    Ok(event) => event,
+                    Ok(ReaderEvent::Registered(subtask)) => self.call(|e, ctx| {
+                        ctx.register(subtask);
+                        e.add_reader(subtask, ctx)
+                    })?,
+                    Ok(ReaderEvent::SplitRequest(subtask)) => {
+                        self.call(|e, ctx| e.handle_split_request(subtask, ctx))?
+                    }
                     Err(_) => return Ok(()),
                 },
+                recv(control) -> message => match message {
+                    Ok(CoordinatorControl::Trigger(barrier)) => self.trigger(barrier, &events)?,
+                    Ok(CoordinatorControl::Notify(CheckpointNotification::Complete(id))) => {
+                        self.call(|e, _| e.notify_checkpoint_complete(id))?
+                    }
+                    Ok(CoordinatorControl::Notify(CheckpointNotification::Aborted(_))) => {}
+                    Err(_) => return Err(TaskError::Cancelled),
+                },
                 recv(self.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
-            };
-            match event {
-                ReaderEvent::Registered(subtask) => self.call(|e, ctx| {
-                    ctx.register(subtask);
-                    e.add_reader(subtask, ctx)
-                })?,
-                ReaderEvent::SplitRequest(subtask) => {
-                    self.call(|e, ctx| e.handle_split_request(subtask, ctx))?
-                }
             }
         }
     }
@@ -214,11 +342,20 @@ impl<S: Source> SourceOperatorFactory<S> {
 impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
     fn create_coordinator(
         &self,
+        node: NodeId,
         parallelism: u32,
         name: &str,
         cancel: CancelToken,
+        restored: Option<&[u8]>,
     ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<AnyBox>), BoxError> {
-        let enumerator = self.source.create_enumerator(parallelism)?;
+        let enumerator = match restored {
+            Some(bytes) => {
+                let state = postcard::from_bytes(bytes)
+                    .map_err(|e| format!("cannot decode the restored enumerator state: {e}"))?;
+                self.source.restore_enumerator(parallelism, state)?
+            }
+            None => self.source.create_enumerator(parallelism)?,
+        };
         let (to_coordinator, inbox) = crossbeam_channel::unbounded();
         let mut readers = Vec::new();
         let mut endpoints: Vec<AnyBox> = Vec::new();
@@ -227,10 +364,11 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             readers.push(tx);
             endpoints.push(Box::new(ReaderEndpoint::<S::Split> {
                 to_coordinator: to_coordinator.clone(),
-                assignments: rx,
+                messages: rx,
             }));
         }
         let coordinator = SourceCoordinator {
+            node,
             name: Arc::from(format!("{name} (coordinator)")),
             enumerator,
             context: SplitEnumeratorContext::new(parallelism),
@@ -249,6 +387,25 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
     ) -> Result<Box<dyn Invokable>, BoxError> {
         let output = downcast::<Box<dyn Output<S::Output>>>(output, "source output")?;
         let endpoint = downcast::<ReaderEndpoint<S::Split>>(endpoint, "reader endpoint")?;
+        let restored_splits = match &setup.restored {
+            Some(restored) => {
+                let mut splits = Vec::new();
+                for entry in restored
+                    .lists
+                    .iter()
+                    .filter(|l| l.name == READER_SPLITS_STATE)
+                {
+                    for item in &entry.items {
+                        splits.push(
+                            postcard::from_bytes(item)
+                                .map_err(|e| format!("cannot decode a restored split: {e}"))?,
+                        );
+                    }
+                }
+                Some(splits)
+            }
+            None => None,
+        };
         let context = SourceReaderContext::new(
             setup.subtask,
             setup.parallelism,
@@ -260,9 +417,9 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             name: setup.name.clone(),
             subtask: setup.subtask,
             reader,
+            restored_splits,
             endpoint,
             output,
-            cancel: setup.cancel.clone(),
             buffer_timeout: setup.config.buffer_timeout,
             records_out: 0,
         }))

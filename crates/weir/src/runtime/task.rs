@@ -1,24 +1,54 @@
-//! A running subtask: the unit the job manager starts, watches and cancels.
+//! A running subtask: the unit the job manager starts, watches, checkpoints and cancels.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
+use crate::checkpoint::config::CheckpointingMode;
+use crate::checkpoint::coordinator::Acknowledgement;
+use crate::checkpoint::storage::CheckpointStorage;
 use crate::config::ExecutionConfig;
 use crate::error::{panic_message, TaskError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::output::OperatorMetrics;
+use crate::runtime::snapshot::{CheckpointNotification, RestoredOperatorState};
 use crate::state::key_group::KeyGroupRange;
 
 /// The body of a task: a source loop or an input-processing loop driving a chain.
 pub trait Invokable: Send {
     /// Runs until the input ends, the job is cancelled, or something fails.
-    fn invoke(&mut self) -> Result<(), TaskError>;
+    fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError>;
     /// Record counts of the chain's operators.
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>);
+}
+
+/// What a running task has of the outside world: its identity, its line from and to the
+/// job manager, and the checkpoint storage its snapshots go to.
+pub struct TaskEnvironment {
+    /// Which subtask.
+    pub task: SubtaskRef,
+    /// Its name, `chain (i/p)`.
+    pub task_name: String,
+    /// Messages from the job manager.
+    pub control: Receiver<TaskControl>,
+    /// Reports to the job manager.
+    pub events: Sender<TaskEvent>,
+    /// Where snapshots are written (`None` without checkpointing).
+    pub storage: Option<Arc<dyn CheckpointStorage>>,
+    /// Barrier alignment mode.
+    pub mode: CheckpointingMode,
+    /// The job's cancellation signal.
+    pub cancel: CancelToken,
+}
+
+/// A message from the job manager to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskControl {
+    /// A checkpoint completed or was aborted.
+    Notify(CheckpointNotification),
 }
 
 /// What an operator knows of the subtask it runs in.
@@ -40,9 +70,11 @@ pub struct OperatorSetup {
     pub config: ExecutionConfig,
     /// Cancellation signal of the job.
     pub cancel: CancelToken,
+    /// State to start from, when the job is restored.
+    pub restored: Option<Arc<RestoredOperatorState>>,
 }
 
-/// A task's report to the job manager.
+/// A task's (or source coordinator's) report to the job manager.
 #[derive(Debug)]
 pub enum TaskEvent {
     /// The task ended normally.
@@ -66,12 +98,40 @@ pub enum TaskEvent {
         /// Why.
         error: TaskError,
     },
+    /// A task wrote its part of a checkpoint.
+    Acknowledge {
+        /// Which subtask.
+        task: SubtaskRef,
+        /// Which checkpoint.
+        checkpoint_id: u64,
+        /// Its states and timings.
+        ack: Acknowledgement,
+    },
+    /// A source coordinator snapshotted its enumerator.
+    CoordinatorAcknowledge {
+        /// The source.
+        node: NodeId,
+        /// Which checkpoint.
+        checkpoint_id: u64,
+        /// The enumerator's state.
+        state: Vec<u8>,
+    },
+    /// A task could not take its part of a checkpoint.
+    Decline {
+        /// Which subtask.
+        task: SubtaskRef,
+        /// Which checkpoint.
+        checkpoint_id: u64,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Runs `body` to its end and reports the outcome; a panic escaping the body (a bug outside
 /// user functions, which are guarded individually) is reported as a failure too.
-pub fn run_task(task: SubtaskRef, mut body: Box<dyn Invokable>, events: Sender<TaskEvent>) {
-    let outcome = catch_unwind(AssertUnwindSafe(|| body.invoke()));
+pub fn run_task(mut body: Box<dyn Invokable>, env: TaskEnvironment) {
+    let task = env.task;
+    let outcome = catch_unwind(AssertUnwindSafe(|| body.invoke(&env)));
     let event = match outcome {
         Ok(Ok(())) => {
             let mut metrics = Vec::new();
@@ -87,13 +147,17 @@ pub fn run_task(task: SubtaskRef, mut body: Box<dyn Invokable>, events: Sender<T
         },
     };
     match &event {
-        TaskEvent::Finished { .. } => tracing::debug!(?task, "task finished"),
         TaskEvent::Failed { error, .. } if error.is_secondary() => {
-            tracing::debug!(?task, %error, "task stopped")
+            tracing::debug!(task = %env.task_name, %error, "task stopped")
         }
-        TaskEvent::Failed { error, .. } => tracing::warn!(?task, %error, "task failed"),
-        TaskEvent::CoordinatorFailed { .. } => {}
+        TaskEvent::Failed { error, .. } => {
+            tracing::warn!(task = %env.task_name, %error, "task failed")
+        }
+        _ => tracing::debug!(task = %env.task_name, "task finished"),
     }
+    // Drop the chain (and its channel ends) before reporting, so that when the job manager
+    // hears of the end, this task holds nothing any more.
+    drop(body);
     // The job manager outlives its tasks; if it is gone there is nobody left to tell.
-    let _ = events.send(event);
+    let _ = env.events.send(event);
 }

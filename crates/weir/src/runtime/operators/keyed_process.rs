@@ -1,28 +1,30 @@
-//! `process` on a keyed stream: a [`KeyedProcessFunction`] with the current key and keyed
-//! state.
+//! `process` on a keyed stream: a [`KeyedProcessFunction`] with the current key, keyed state
+//! and operator state.
 
 use std::sync::Arc;
 
-use crate::api::functions::{KeyedContext, KeyedProcessFunction};
+use crate::api::functions::{FunctionStateContext, KeyedContext, KeyedProcessFunction};
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::OperatorCore;
+use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
 use crate::runtime::output::{
-    call_user, call_with_collector, in_operator, user_error, OperatorMetrics, Output,
+    call_user, call_with_collector, in_operator, OperatorMetrics, Output,
 };
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::operator_state::OperatorStateBackend;
 
 /// Runs a keyed process function over the key groups of its subtask.
 pub struct KeyedProcessOperator<K, I, O, P> {
     core: OperatorCore,
     key_selector: Arc<dyn KeySelector<I, Key = K>>,
     backend: HeapKeyedStateBackend<K>,
+    operator_state: OperatorStateBackend,
     function: P,
     output: Box<dyn Output<O>>,
-    opened: bool,
 }
 
 impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
@@ -32,37 +34,35 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         function: P,
         output: Box<dyn Output<O>>,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, TaskError> {
+        Ok(Self {
             core: OperatorCore::new(setup),
             key_selector,
-            backend: HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups),
+            backend: OperatorCore::keyed_backend(setup)?,
+            operator_state: OperatorCore::operator_state(setup),
             function,
             output,
-            opened: false,
-        }
-    }
-}
-
-impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>>
-    KeyedProcessOperator<K, I, O, P>
-{
-    fn open_once(&mut self) -> Result<(), TaskError> {
-        if !self.opened {
-            self.opened = true;
-            let (function, runtime) = (&mut self.function, &self.core.runtime);
-            call_user(&self.core.name, || function.open(runtime))?
-                .map_err(|e| user_error(&self.core.name, e))?;
-        }
-        Ok(())
+        })
     }
 }
 
 impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
     for KeyedProcessOperator<K, I, O, P>
 {
+    fn open(&mut self) -> Result<(), TaskError> {
+        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            function.initialize_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: None,
+                runtime: &core.runtime,
+            })?;
+            function.open(&core.runtime)
+        })?;
+        self.output.open()
+    }
+
     fn collect(&mut self, record: I) -> Result<(), TaskError> {
-        self.open_once()?;
         self.core.records_in += 1;
         let selector = &self.key_selector;
         let key = call_user(&self.core.name, || selector.key(&record))?;
@@ -89,7 +89,6 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
 
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
         if *event == StreamEvent::EndOfStream {
-            self.open_once()?;
             let (function, core) = (&mut self.function, &mut self.core);
             call_with_collector(
                 &core.name,
@@ -103,6 +102,36 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
 
     fn flush(&mut self) -> Result<(), TaskError> {
         self.output.flush()
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            function.snapshot_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: Some(checkpoint_id),
+                runtime: &core.runtime,
+            })
+        })?;
+        into.push(OperatorSnapshot {
+            node: self.core.node,
+            keyed: Some(self.backend.snapshot()),
+            lists: self.operator_state.snapshot(),
+        });
+        self.output.snapshot_state(checkpoint_id, into)
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        notify_hook(&self.core.name, notification, |n| match n {
+            CheckpointNotification::Complete(id) => function.notify_checkpoint_complete(id),
+            CheckpointNotification::Aborted(id) => function.notify_checkpoint_aborted(id),
+        })?;
+        self.output.notify_checkpoint(notification)
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {

@@ -12,9 +12,14 @@ pub mod sink_writer;
 use std::sync::Arc;
 
 use crate::api::functions::RuntimeContext;
+use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
-use crate::runtime::output::OperatorMetrics;
+use crate::record::Key;
+use crate::runtime::output::{call_user, user_error, OperatorMetrics};
+use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::task::OperatorSetup;
+use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::operator_state::OperatorStateBackend;
 
 /// Identity and record counts shared by every operator.
 #[derive(Debug, Clone)]
@@ -46,6 +51,25 @@ impl OperatorCore {
         }
     }
 
+    /// The operator state backend of `setup`'s subtask, with restored lists if any.
+    pub fn operator_state(setup: &OperatorSetup) -> OperatorStateBackend {
+        match &setup.restored {
+            Some(restored) => OperatorStateBackend::new(restored.lists.clone(), true),
+            None => OperatorStateBackend::default(),
+        }
+    }
+
+    /// The keyed state backend of `setup`'s subtask, with restored key groups if any.
+    pub fn keyed_backend<K: Key>(
+        setup: &OperatorSetup,
+    ) -> Result<HeapKeyedStateBackend<K>, TaskError> {
+        let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
+        if let Some(restored) = &setup.restored {
+            backend.restore(restored.keyed.clone())?;
+        }
+        Ok(backend)
+    }
+
     /// The counts as metrics.
     pub fn metrics(&self) -> OperatorMetrics {
         OperatorMetrics {
@@ -57,10 +81,26 @@ impl OperatorCore {
     }
 }
 
-/// Implements the event, flush and metrics methods of `Output` for an operator with fields
-/// `core: OperatorCore` and `output: Box<dyn Output<_>>` that only passes events on.
+/// Implements the lifecycle, event, flush and metrics methods of `Output` for a stateless
+/// operator with fields `core: OperatorCore` and `output: Box<dyn Output<_>>`.
 macro_rules! pass_events_through {
     () => {
+        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
+            self.output.open()
+        }
+        fn snapshot_state(
+            &mut self,
+            checkpoint_id: u64,
+            into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
+        ) -> Result<(), $crate::error::TaskError> {
+            self.output.snapshot_state(checkpoint_id, into)
+        }
+        fn notify_checkpoint(
+            &mut self,
+            notification: $crate::runtime::snapshot::CheckpointNotification,
+        ) -> Result<(), $crate::error::TaskError> {
+            self.output.notify_checkpoint(notification)
+        }
         fn emit_event(
             &mut self,
             event: &$crate::runtime::stream_element::StreamEvent,
@@ -77,3 +117,20 @@ macro_rules! pass_events_through {
     };
 }
 pub(crate) use pass_events_through;
+
+/// Runs a fallible user hook, attributing a panic or error to the operator.
+pub(crate) fn call_hook(
+    operator: &Arc<str>,
+    f: impl FnOnce() -> Result<(), BoxError>,
+) -> Result<(), TaskError> {
+    call_user(operator, f)?.map_err(|e| user_error(operator, e))
+}
+
+/// Delivers a checkpoint notification to a user hook.
+pub(crate) fn notify_hook(
+    operator: &Arc<str>,
+    notification: CheckpointNotification,
+    f: impl FnOnce(CheckpointNotification) -> Result<(), BoxError>,
+) -> Result<(), TaskError> {
+    call_hook(operator, || f(notification))
+}

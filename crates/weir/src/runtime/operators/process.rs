@@ -2,20 +2,22 @@
 
 use std::marker::PhantomData;
 
-use crate::api::functions::ProcessFunction;
+use crate::api::functions::{FunctionStateContext, ProcessFunction};
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::OperatorCore;
-use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics, Output};
+use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
+use crate::runtime::output::{call_with_collector, OperatorMetrics, Output};
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
 use crate::runtime::task::OperatorSetup;
+use crate::state::operator_state::OperatorStateBackend;
 
-/// Runs a process function; calls `end_input` when the input ends.
+/// Runs a process function with its lifecycle and operator state.
 pub struct ProcessOperator<I, O, P> {
     core: OperatorCore,
     function: P,
+    operator_state: OperatorStateBackend,
     output: Box<dyn Output<O>>,
-    opened: bool,
     _input: PhantomData<fn(I)>,
 }
 
@@ -24,29 +26,29 @@ impl<I, O, P> ProcessOperator<I, O, P> {
     pub fn new(setup: &OperatorSetup, function: P, output: Box<dyn Output<O>>) -> Self {
         Self {
             core: OperatorCore::new(setup),
+            operator_state: OperatorCore::operator_state(setup),
             function,
             output,
-            opened: false,
             _input: PhantomData,
         }
     }
 }
 
-impl<I: Record, O: Record, P: ProcessFunction<I, O>> ProcessOperator<I, O, P> {
-    fn open_once(&mut self) -> Result<(), TaskError> {
-        if !self.opened {
-            self.opened = true;
-            let (function, runtime) = (&mut self.function, &self.core.runtime);
-            call_user(&self.core.name, || function.open(runtime))?
-                .map_err(|e| user_error(&self.core.name, e))?;
-        }
-        Ok(())
-    }
-}
-
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperator<I, O, P> {
+    fn open(&mut self) -> Result<(), TaskError> {
+        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            function.initialize_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: None,
+                runtime: &core.runtime,
+            })?;
+            function.open(&core.runtime)
+        })?;
+        self.output.open()
+    }
+
     fn collect(&mut self, record: I) -> Result<(), TaskError> {
-        self.open_once()?;
         self.core.records_in += 1;
         let (function, core) = (&mut self.function, &mut self.core);
         call_with_collector(
@@ -59,7 +61,6 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperat
 
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
         if *event == StreamEvent::EndOfStream {
-            self.open_once()?;
             let (function, core) = (&mut self.function, &mut self.core);
             call_with_collector(
                 &core.name,
@@ -73,6 +74,36 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperat
 
     fn flush(&mut self) -> Result<(), TaskError> {
         self.output.flush()
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            function.snapshot_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: Some(checkpoint_id),
+                runtime: &core.runtime,
+            })
+        })?;
+        into.push(OperatorSnapshot {
+            node: self.core.node,
+            keyed: None,
+            lists: self.operator_state.snapshot(),
+        });
+        self.output.snapshot_state(checkpoint_id, into)
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        notify_hook(&self.core.name, notification, |n| match n {
+            CheckpointNotification::Complete(id) => function.notify_checkpoint_complete(id),
+            CheckpointNotification::Aborted(id) => function.notify_checkpoint_aborted(id),
+        })?;
+        self.output.notify_checkpoint(notification)
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::{pass_events_through, OperatorCore};
-use crate::runtime::output::{call_user, in_operator, Output};
+use crate::runtime::operators::OperatorCore;
+use crate::runtime::output::{call_user, in_operator, OperatorMetrics, Output};
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::StreamEvent;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 
@@ -44,7 +46,7 @@ impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
         aggregator: A,
         output: Box<dyn Output<A::Output>>,
     ) -> Result<Self, TaskError> {
-        let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
+        let mut backend: HeapKeyedStateBackend<K> = OperatorCore::keyed_backend(setup)?;
         let state = backend.register::<A::State>(AGGREGATE_STATE_NAME)?;
         Ok(Self {
             core: OperatorCore::new(setup),
@@ -90,7 +92,35 @@ where
         self.core.records_out += 1;
         self.output.collect(result)
     }
-    pass_events_through!();
+
+    fn open(&mut self) -> Result<(), TaskError> {
+        self.output.open()
+    }
+    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
+        self.output.emit_event(event)
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        self.output.flush()
+    }
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        into.push(OperatorSnapshot {
+            node: self.core.node,
+            keyed: Some(self.backend.snapshot()),
+            lists: Vec::new(),
+        });
+        self.output.snapshot_state(checkpoint_id, into)
+    }
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        self.output.notify_checkpoint(notification)
+    }
+    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
+        into.push(self.core.metrics());
+        self.output.report_metrics(into);
+    }
 }
 
 /// `count()`: the number of records per key so far.

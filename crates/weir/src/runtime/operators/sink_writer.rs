@@ -2,18 +2,23 @@
 
 use std::marker::PhantomData;
 
+use crate::api::functions::FunctionStateContext;
 use crate::connectors::sink::SinkWriter;
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::OperatorCore;
+use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
 use crate::runtime::output::{call_user, user_error, OperatorMetrics, Output};
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
 use crate::runtime::task::OperatorSetup;
+use crate::state::operator_state::OperatorStateBackend;
 
-/// Writes records to a sink writer; flushes it at barriers and at the end of input.
+/// Writes records to a sink writer; flushes it at each barrier (before the snapshot) and at
+/// the end of input, and passes it the checkpoint hooks.
 pub struct SinkWriterOperator<T, W> {
     core: OperatorCore,
     writer: W,
+    operator_state: OperatorStateBackend,
     _input: PhantomData<fn(T)>,
 }
 
@@ -22,6 +27,7 @@ impl<T, W> SinkWriterOperator<T, W> {
     pub fn new(setup: &OperatorSetup, writer: W) -> Self {
         Self {
             core: OperatorCore::new(setup),
+            operator_state: OperatorCore::operator_state(setup),
             writer,
             _input: PhantomData,
         }
@@ -31,18 +37,28 @@ impl<T, W> SinkWriterOperator<T, W> {
 impl<T: Record, W: SinkWriter<T>> SinkWriterOperator<T, W> {
     fn flush_writer(&mut self, end_of_input: bool) -> Result<(), TaskError> {
         let writer = &mut self.writer;
-        call_user(&self.core.name, || writer.flush(end_of_input))?
-            .map_err(|e| user_error(&self.core.name, e))?;
-        if end_of_input {
-            let writer = &mut self.writer;
-            call_user(&self.core.name, || writer.close())?
-                .map_err(|e| user_error(&self.core.name, e))?;
-        }
-        Ok(())
+        call_hook(&self.core.name, || {
+            writer.flush(end_of_input)?;
+            if end_of_input {
+                writer.close()?;
+            }
+            Ok(())
+        })
     }
 }
 
 impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
+    fn open(&mut self) -> Result<(), TaskError> {
+        let (writer, core, state) = (&mut self.writer, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            writer.initialize_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: None,
+                runtime: &core.runtime,
+            })
+        })
+    }
+
     #[inline]
     fn collect(&mut self, record: T) -> Result<(), TaskError> {
         self.core.records_in += 1;
@@ -60,6 +76,35 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
 
     fn flush(&mut self) -> Result<(), TaskError> {
         Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        let (writer, core, state) = (&mut self.writer, &self.core, &mut self.operator_state);
+        call_hook(&core.name, || {
+            writer.snapshot_state(&mut FunctionStateContext {
+                operator_state: state,
+                checkpoint_id: Some(checkpoint_id),
+                runtime: &core.runtime,
+            })
+        })?;
+        into.push(OperatorSnapshot {
+            node: self.core.node,
+            keyed: None,
+            lists: self.operator_state.snapshot(),
+        });
+        Ok(())
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        let writer = &mut self.writer;
+        notify_hook(&self.core.name, notification, |n| match n {
+            CheckpointNotification::Complete(id) => writer.notify_checkpoint_complete(id),
+            CheckpointNotification::Aborted(id) => writer.notify_checkpoint_aborted(id),
+        })
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {

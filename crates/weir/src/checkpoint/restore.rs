@@ -1,0 +1,311 @@
+//! Which state each subtask of a (possibly rescaled) job starts from: pure assignment from
+//! checkpoint metadata to the new graph, by operator uid.
+//!
+//! Keyed state moves by key group: a new subtask takes every key group of its new range from
+//! whichever old subtask wrote it. Even-split list state is pooled and dealt out in
+//! contiguous shares (unchanged when parallelism is unchanged); union list state goes whole
+//! to every subtask. A source's enumerator state goes to its coordinator.
+
+use std::collections::HashMap;
+
+use crate::checkpoint::metadata::{
+    CheckpointMetadata, KeyGroupEntry, ListRedistribution, ListStateEntry, OperatorState,
+};
+use crate::graph::ids::NodeId;
+use crate::graph::stream_graph::StreamGraph;
+use crate::state::key_group::key_group_range_for_operator;
+
+/// Why a checkpoint cannot be mapped onto the job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// The checkpoint holds state for operators the job no longer has.
+    #[error(
+        "checkpoint {checkpoint_id} holds state for operator uid(s) {uids:?} that the job no longer \
+         has; give the operators their old uids, or set allow_non_restored_state to drop that state"
+    )]
+    NonRestoredState {
+        /// The checkpoint.
+        checkpoint_id: u64,
+        /// Uids without an operator.
+        uids: Vec<String>,
+    },
+    /// An operator's number of key groups changed, so its keyed state cannot be split.
+    #[error(
+        "operator `{uid}` had max parallelism {old} in checkpoint {checkpoint_id} but has {new} now; \
+         keyed state can only be restored with the same number of key groups"
+    )]
+    MaxParallelismChanged {
+        /// The operator.
+        uid: String,
+        /// The checkpoint.
+        checkpoint_id: u64,
+        /// Before.
+        old: u32,
+        /// Now.
+        new: u32,
+    },
+}
+
+/// What one new subtask of one operator restores.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubtaskRestorePlan {
+    /// Key-group blocks to read: (file, entry).
+    pub keyed: Vec<(String, KeyGroupEntry)>,
+    /// Operator list states after redistribution.
+    pub lists: Vec<ListStateEntry>,
+}
+
+/// The restore plan of a whole job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreAssignment {
+    /// Per operator, per new subtask.
+    pub subtasks: HashMap<NodeId, Vec<SubtaskRestorePlan>>,
+    /// Enumerator state per source.
+    pub coordinators: HashMap<NodeId, Vec<u8>>,
+}
+
+/// Deals `items` out to `parallelism` subtasks in contiguous shares.
+fn split_evenly<T: Clone>(items: &[T], parallelism: u32) -> Vec<Vec<T>> {
+    let (n, p) = (items.len(), parallelism as usize);
+    (0..p)
+        .map(|i| items[i * n / p..(i + 1) * n / p].to_vec())
+        .collect()
+}
+
+fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStateEntry>> {
+    let mut out: Vec<Vec<ListStateEntry>> = vec![Vec::new(); parallelism as usize];
+    let mut names: Vec<(&str, ListRedistribution)> = Vec::new();
+    for s in &old.subtasks {
+        for l in &s.lists {
+            if !names.iter().any(|(n, _)| *n == l.name) {
+                names.push((&l.name, l.mode));
+            }
+        }
+    }
+    for (name, mode) in names {
+        let per_old: Vec<Vec<Vec<u8>>> = old
+            .subtasks
+            .iter()
+            .map(|s| {
+                s.lists
+                    .iter()
+                    .filter(|l| l.name == name)
+                    .flat_map(|l| l.items.iter().cloned())
+                    .collect()
+            })
+            .collect();
+        let shares: Vec<Vec<Vec<u8>>> = match mode {
+            ListRedistribution::Union => vec![per_old.concat(); parallelism as usize],
+            ListRedistribution::EvenSplit
+                if old.parallelism == parallelism && per_old.len() == parallelism as usize =>
+            {
+                // Same parallelism: each subtask keeps exactly its own items.
+                let mut by_subtask = vec![Vec::new(); parallelism as usize];
+                for (s, items) in old.subtasks.iter().zip(per_old) {
+                    if let Some(slot) = by_subtask.get_mut(s.subtask as usize) {
+                        *slot = items;
+                    }
+                }
+                by_subtask
+            }
+            ListRedistribution::EvenSplit => split_evenly(&per_old.concat(), parallelism),
+        };
+        for (i, items) in shares.into_iter().enumerate() {
+            out[i].push(ListStateEntry {
+                name: name.to_string(),
+                mode,
+                items,
+            });
+        }
+    }
+    out
+}
+
+/// Maps `metadata` onto `graph`.
+pub fn assign_state(
+    metadata: &CheckpointMetadata,
+    graph: &StreamGraph,
+    allow_non_restored_state: bool,
+) -> Result<RestoreAssignment, RestoreError> {
+    let mut assignment = RestoreAssignment::default();
+    let orphans: Vec<String> = metadata
+        .operators
+        .iter()
+        .filter(|op| !graph.nodes.iter().any(|n| n.effective_uid() == op.uid))
+        .map(|op| op.uid.clone())
+        .collect();
+    if !orphans.is_empty() && !allow_non_restored_state {
+        return Err(RestoreError::NonRestoredState {
+            checkpoint_id: metadata.checkpoint_id,
+            uids: orphans,
+        });
+    }
+    for node in &graph.nodes {
+        let Some(old) = metadata.operator(&node.effective_uid()) else {
+            continue;
+        };
+        let has_keyed = old.subtasks.iter().any(|s| s.keyed.is_some());
+        if has_keyed && old.max_parallelism != node.max_parallelism {
+            return Err(RestoreError::MaxParallelismChanged {
+                uid: old.uid.clone(),
+                checkpoint_id: metadata.checkpoint_id,
+                old: old.max_parallelism,
+                new: node.max_parallelism,
+            });
+        }
+        let lists = redistribute_lists(old, node.parallelism);
+        let plans = lists
+            .into_iter()
+            .enumerate()
+            .map(|(i, lists)| {
+                let range =
+                    key_group_range_for_operator(node.max_parallelism, node.parallelism, i as u32);
+                let keyed = old
+                    .subtasks
+                    .iter()
+                    .filter_map(|s| s.keyed.as_ref())
+                    .flat_map(|h| {
+                        h.key_groups
+                            .iter()
+                            .filter(|e| range.contains(e.key_group))
+                            .map(|e| (h.file.clone(), *e))
+                    })
+                    .collect();
+                SubtaskRestorePlan { keyed, lists }
+            })
+            .collect();
+        assignment.subtasks.insert(node.id, plans);
+        if let Some(state) = &old.coordinator {
+            assignment.coordinators.insert(node.id, state.clone());
+        }
+    }
+    Ok(assignment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::{KeyedStateHandle, OperatorSubtaskState};
+    use crate::graph::partitioner::PartitionerKind;
+    use crate::graph::stream_graph::test_graphs::TestGraph;
+    use crate::graph::stream_graph::OperatorKind;
+    use crate::runtime::stream_element::SnapshotType;
+
+    fn entry(kg: u32) -> KeyGroupEntry {
+        KeyGroupEntry {
+            key_group: kg,
+            offset: u64::from(kg) * 10,
+            length: 10,
+            crc32: kg,
+        }
+    }
+
+    fn metadata(parallelism: u32) -> CheckpointMetadata {
+        let subtasks = (0..parallelism)
+            .map(|i| {
+                let range = key_group_range_for_operator(128, parallelism, i);
+                OperatorSubtaskState {
+                    subtask: i,
+                    keyed: Some(KeyedStateHandle {
+                        file: format!("f{i}"),
+                        key_groups: range.iter().map(entry).collect(),
+                    }),
+                    lists: vec![
+                        ListStateEntry {
+                            name: "splits".into(),
+                            mode: ListRedistribution::EvenSplit,
+                            items: (0..3).map(|k| vec![i as u8, k]).collect(),
+                        },
+                        ListStateEntry {
+                            name: "config".into(),
+                            mode: ListRedistribution::Union,
+                            items: vec![vec![i as u8]],
+                        },
+                    ],
+                }
+            })
+            .collect();
+        CheckpointMetadata {
+            checkpoint_id: 3,
+            kind: SnapshotType::Savepoint,
+            job_name: "j".into(),
+            timestamp_millis: 0,
+            operators: vec![OperatorState {
+                uid: "op".into(),
+                name: "op".into(),
+                parallelism,
+                max_parallelism: 128,
+                subtasks,
+                coordinator: Some(vec![7]),
+            }],
+        }
+    }
+
+    fn graph(parallelism: u32, uid: &str) -> StreamGraph {
+        let mut g = TestGraph::new();
+        let s = g.node("src", OperatorKind::Source, 1);
+        let o = g.node("op", OperatorKind::Operator, parallelism);
+        g.edge(s, o, PartitionerKind::Hash);
+        g.0.nodes[1].uid = Some(uid.into());
+        g.0
+    }
+
+    #[test]
+    fn rescaling_moves_every_key_group_exactly_once() {
+        for (old_p, new_p) in [(2, 3), (3, 1), (1, 4), (4, 4)] {
+            let a = assign_state(&metadata(old_p), &graph(new_p, "op"), false).unwrap();
+            let plans = &a.subtasks[&NodeId(1)];
+            assert_eq!(plans.len(), new_p as usize);
+            let mut all: Vec<u32> = plans
+                .iter()
+                .flat_map(|p| p.keyed.iter().map(|(_, e)| e.key_group))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..128).collect::<Vec<_>>(), "{old_p}->{new_p}");
+            for (i, p) in plans.iter().enumerate() {
+                let range = key_group_range_for_operator(128, new_p, i as u32);
+                assert!(p.keyed.iter().all(|(_, e)| range.contains(e.key_group)));
+            }
+            assert_eq!(a.coordinators[&NodeId(1)], vec![7]);
+        }
+    }
+
+    #[test]
+    fn list_state_is_split_evenly_or_unioned() {
+        let a = assign_state(&metadata(2), &graph(3, "op"), false).unwrap();
+        let plans = &a.subtasks[&NodeId(1)];
+        let splits: Vec<usize> = plans.iter().map(|p| p.lists[0].items.len()).collect();
+        assert_eq!(splits, vec![2, 2, 2], "6 items over 3 subtasks");
+        for p in plans {
+            assert_eq!(p.lists[1].items.len(), 2, "union: everyone gets all");
+        }
+        // Same parallelism: each subtask keeps its own items.
+        let a = assign_state(&metadata(2), &graph(2, "op"), false).unwrap();
+        assert_eq!(a.subtasks[&NodeId(1)][1].lists[0].items[0], vec![1, 0]);
+    }
+
+    #[test]
+    fn orphaned_state_needs_allow_non_restored_state() {
+        let err = assign_state(&metadata(2), &graph(2, "renamed"), false).unwrap_err();
+        assert!(
+            matches!(err, RestoreError::NonRestoredState { .. }),
+            "{err}"
+        );
+        let a = assign_state(&metadata(2), &graph(2, "renamed"), true).unwrap();
+        assert!(a.subtasks.is_empty());
+    }
+
+    #[test]
+    fn changed_max_parallelism_is_rejected() {
+        let mut g = graph(2, "op");
+        g.nodes[1].max_parallelism = 64;
+        assert!(matches!(
+            assign_state(&metadata(2), &g, false),
+            Err(RestoreError::MaxParallelismChanged {
+                old: 128,
+                new: 64,
+                ..
+            })
+        ));
+    }
+}

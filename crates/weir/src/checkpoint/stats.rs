@@ -1,0 +1,168 @@
+//! Checkpoint statistics: per checkpoint and per subtask, and a bounded history.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::runtime::stream_element::SnapshotType;
+
+/// How far a checkpoint got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointStatus {
+    /// Triggered, not all acknowledgements in.
+    InProgress,
+    /// Metadata written: restorable.
+    Completed,
+    /// Expired, declined, subsumed or failed to finalize.
+    Failed,
+}
+
+/// What one subtask reported of its part of a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SubtaskCheckpointStats {
+    /// Task name, `chain (i/p)`.
+    pub task: String,
+    /// Time the task thread was blocked taking the snapshot.
+    pub sync_duration: Duration,
+    /// Time spent writing the snapshot while records kept flowing.
+    pub async_duration: Duration,
+    /// Time from the first to the last barrier of the checkpoint at this task.
+    pub alignment_duration: Duration,
+    /// Time from the trigger until the barrier reached this task.
+    pub start_delay: Duration,
+    /// Bytes of state written.
+    pub state_size: u64,
+}
+
+/// One checkpoint's statistics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointStats {
+    /// Checkpoint id.
+    pub id: u64,
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotType,
+    /// Status.
+    pub status: CheckpointStatus,
+    /// Trigger time, milliseconds since the Unix epoch.
+    pub trigger_timestamp_millis: u64,
+    /// From trigger to completion or failure.
+    pub duration: Option<Duration>,
+    /// Bytes of state.
+    pub state_size: u64,
+    /// Per acknowledging subtask.
+    pub subtasks: Vec<SubtaskCheckpointStats>,
+    /// Why it failed.
+    pub failure: Option<String>,
+    /// Where it was written.
+    pub location: Option<String>,
+}
+
+impl CheckpointStats {
+    /// The longest synchronous (task-blocking) part of any subtask.
+    pub fn max_sync_duration(&self) -> Duration {
+        self.subtasks
+            .iter()
+            .map(|s| s.sync_duration)
+            .max()
+            .unwrap_or_default()
+    }
+    /// The longest asynchronous part of any subtask.
+    pub fn max_async_duration(&self) -> Duration {
+        self.subtasks
+            .iter()
+            .map(|s| s.async_duration)
+            .max()
+            .unwrap_or_default()
+    }
+    /// The longest alignment of any subtask.
+    pub fn max_alignment_duration(&self) -> Duration {
+        self.subtasks
+            .iter()
+            .map(|s| s.alignment_duration)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for CheckpointStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        write!(
+            f,
+            "{:?} {} {:?}: {} bytes, {:.1} ms end-to-end, sync max {:.2} ms, async max {:.1} ms, alignment max {:.1} ms",
+            self.kind,
+            self.id,
+            self.status,
+            self.state_size,
+            self.duration.map_or(0.0, ms),
+            ms(self.max_sync_duration()),
+            ms(self.max_async_duration()),
+            ms(self.max_alignment_duration()),
+        )?;
+        if let Some(reason) = &self.failure {
+            write!(f, " ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The last checkpoints, newest last, plus totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CheckpointHistory {
+    /// Most recent checkpoints, oldest first.
+    pub recent: VecDeque<CheckpointStats>,
+    /// Checkpoints completed since the job started.
+    pub completed: u64,
+    /// Checkpoints failed since the job started.
+    pub failed: u64,
+    /// How many entries `recent` keeps.
+    pub capacity: usize,
+}
+
+impl CheckpointHistory {
+    /// An empty history keeping `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Records a finished (completed or failed) checkpoint.
+    pub fn record(&mut self, stats: CheckpointStats) {
+        match stats.status {
+            CheckpointStatus::Completed => self.completed += 1,
+            CheckpointStatus::Failed => self.failed += 1,
+            CheckpointStatus::InProgress => {}
+        }
+        self.recent.push_back(stats);
+        while self.recent.len() > self.capacity {
+            self.recent.pop_front();
+        }
+    }
+
+    /// The most recent completed checkpoint.
+    pub fn latest_completed(&self) -> Option<&CheckpointStats> {
+        self.recent
+            .iter()
+            .rev()
+            .find(|s| s.status == CheckpointStatus::Completed)
+    }
+}
+
+impl fmt::Display for CheckpointHistory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Checkpoints: {} completed, {} failed",
+            self.completed, self.failed
+        )?;
+        for s in &self.recent {
+            writeln!(f, "  {s}")?;
+        }
+        Ok(())
+    }
+}

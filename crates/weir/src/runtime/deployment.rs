@@ -1,0 +1,275 @@
+//! Deployment: creates every channel, source coordinator and task of a job — wired, with
+//! restored state loaded, but not started.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::checkpoint::restore::RestoreAssignment;
+use crate::checkpoint::storage::CheckpointStorage;
+use crate::error::WeirError;
+use crate::graph::execution_graph::SubtaskRef;
+use crate::graph::ids::NodeId;
+use crate::runtime::channel::CancelToken;
+use crate::runtime::job_definition::JobDefinition;
+use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
+use crate::runtime::snapshot::RestoredOperatorState;
+use crate::runtime::stream_type::{AnyBox, WriterSpec};
+use crate::runtime::task::{Invokable, OperatorSetup};
+use crate::state::key_group::key_group_range_for_operator;
+use crate::state::keyed_state_snapshot::decode_key_group_block;
+
+/// A job's state to start from: the checkpoint's location and the per-subtask plan.
+#[derive(Debug, Clone)]
+pub struct RestorePoint {
+    /// The checkpoint or savepoint id.
+    pub checkpoint_id: u64,
+    /// Its location in storage.
+    pub location: String,
+    /// Who restores what.
+    pub assignment: RestoreAssignment,
+}
+
+/// A deployed but not yet started job.
+pub struct Deployment {
+    /// Tasks: subtask, task name, body.
+    pub tasks: Vec<(SubtaskRef, String, Box<dyn Invokable>)>,
+    /// Source coordinators: source node, name, runner.
+    pub coordinators: Vec<(NodeId, String, Box<dyn SourceCoordinatorRunner>)>,
+}
+
+/// Why deployment failed: a corrupt checkpoint (the caller may fall back to an older one)
+/// or anything else.
+#[derive(Debug)]
+pub enum DeployError {
+    /// A state file of the restore point is damaged or missing.
+    CorruptState(WeirError),
+    /// Anything else.
+    Other(WeirError),
+}
+
+impl From<WeirError> for DeployError {
+    fn from(e: WeirError) -> Self {
+        DeployError::Other(e)
+    }
+}
+
+fn setup_error(
+    operator: &str,
+    subtask: u32,
+    cause: impl Into<crate::error::BoxError>,
+) -> WeirError {
+    WeirError::Setup {
+        operator: operator.to_string(),
+        subtask,
+        cause: cause.into(),
+    }
+}
+
+/// Reads and verifies the state a subtask of `node` restores.
+fn load_state(
+    restore: &RestorePoint,
+    storage: Option<&Arc<dyn CheckpointStorage>>,
+    node: NodeId,
+    subtask: u32,
+) -> Result<Option<Arc<RestoredOperatorState>>, DeployError> {
+    let Some(plan) = restore
+        .assignment
+        .subtasks
+        .get(&node)
+        .and_then(|p| p.get(subtask as usize))
+    else {
+        return Ok(None);
+    };
+    let mut keyed = Vec::with_capacity(plan.keyed.len());
+    if !plan.keyed.is_empty() {
+        let storage = storage.ok_or_else(|| {
+            WeirError::Internal("restoring keyed state without checkpoint storage".into())
+        })?;
+        for (file, entry) in &plan.keyed {
+            let corrupt = |reason: String| {
+                DeployError::CorruptState(WeirError::Restore {
+                    checkpoint_id: restore.checkpoint_id,
+                    reason,
+                })
+            };
+            let bytes = storage
+                .read_range(&restore.location, file, entry.offset, entry.length)
+                .map_err(|e| corrupt(e.to_string()))?;
+            let path = format!("{}/{file}", restore.location);
+            keyed.push(
+                decode_key_group_block(entry, &bytes, &path).map_err(|e| corrupt(e.to_string()))?,
+            );
+        }
+    }
+    Ok(Some(Arc::new(RestoredOperatorState {
+        keyed,
+        lists: plan.lists.clone(),
+    })))
+}
+
+/// Creates every channel, coordinator and task of `job`, restoring from `restore` if given.
+pub fn deploy(
+    job: &JobDefinition,
+    cancel: &CancelToken,
+    storage: Option<&Arc<dyn CheckpointStorage>>,
+    restore: Option<&RestorePoint>,
+) -> Result<Deployment, DeployError> {
+    let plan = &job.plan;
+    let (sg, jg, eg) = (&plan.stream_graph, &plan.job_graph, &plan.execution_graph);
+    let config = &job.config;
+
+    // Channels were listed grouped by job edge and producer in output order, and numbered
+    // per consumer in the same order, so pushing in list order keeps both orders.
+    let mut senders: HashMap<(usize, SubtaskRef), Vec<AnyBox>> = HashMap::new();
+    let mut receivers: HashMap<SubtaskRef, Vec<AnyBox>> = HashMap::new();
+    for ch in &eg.channels {
+        let producer_node = sg.edges[jg.edges[ch.job_edge].stream_edge.index()].source;
+        let (tx, rx) = job.output_types[producer_node.index()].channel(config.channel_capacity);
+        senders
+            .entry((ch.job_edge, ch.producer))
+            .or_default()
+            .push(tx);
+        receivers.entry(ch.consumer).or_default().push(rx);
+    }
+
+    let mut coordinators = Vec::new();
+    let mut endpoints: HashMap<NodeId, Vec<Option<AnyBox>>> = HashMap::new();
+    for vertex in jg.vertices.iter().filter(|v| v.is_source) {
+        let head = sg.node(vertex.head());
+        let NodeFactory::Source(factory) = &job.factories[head.id.index()] else {
+            return Err(WeirError::Internal(format!(
+                "source `{}` has no source factory",
+                head.name
+            ))
+            .into());
+        };
+        let restored = restore.and_then(|r| r.assignment.coordinators.get(&head.id));
+        let (coordinator, eps) = factory
+            .create_coordinator(
+                head.id,
+                vertex.parallelism,
+                &head.name,
+                cancel.clone(),
+                restored.map(Vec::as_slice),
+            )
+            .map_err(|e| setup_error(&head.name, 0, e))?;
+        coordinators.push((head.id, head.name.clone(), coordinator));
+        endpoints.insert(head.id, eps.into_iter().map(Some).collect());
+    }
+
+    let mut tasks = Vec::new();
+    for ev in &eg.vertices {
+        let vertex = &jg.vertices[ev.id.vertex.index()];
+        let mut chained_inputs: HashMap<NodeId, AnyBox> = HashMap::new();
+        let mut source_task = None;
+        for &node_id in vertex.operators.iter().rev() {
+            let node = sg.node(node_id);
+            let ty = &job.output_types[node_id.index()];
+            let mut outputs = Vec::new();
+            for edge in sg.out_edges(node_id) {
+                if jg.is_chained(edge.id) {
+                    let input = chained_inputs.remove(&edge.target).ok_or_else(|| {
+                        WeirError::Internal(format!("chained successor of `{}` missing", node.name))
+                    })?;
+                    outputs.push(input);
+                } else {
+                    let job_edge = jg.job_edge_of(edge.id).ok_or_else(|| {
+                        WeirError::Internal(format!("edge {} has no job edge", edge.id))
+                    })?;
+                    let chans = senders.remove(&(job_edge, ev.id)).unwrap_or_default();
+                    let writer = ty
+                        .record_writer(
+                            chans,
+                            WriterSpec {
+                                partitioner: edge.partitioner,
+                                key_selector: job.key_selectors[edge.id.index()].as_ref(),
+                                max_parallelism: sg.node(edge.target).max_parallelism,
+                                producer_subtask: ev.id.subtask,
+                                batch_size: config.buffer_size,
+                                cancel: cancel.clone(),
+                            },
+                        )
+                        .map_err(WeirError::Internal)?;
+                    outputs.push(writer);
+                }
+            }
+            let output = match outputs.len() {
+                0 => ty.discard(),
+                1 => outputs
+                    .pop()
+                    .ok_or_else(|| WeirError::Internal("no output".into()))?,
+                _ => ty.fan_out(outputs).map_err(WeirError::Internal)?,
+            };
+            let restored = match restore {
+                Some(r) => load_state(r, storage, node_id, ev.id.subtask)?,
+                None => None,
+            };
+            let setup = OperatorSetup {
+                node: node_id,
+                name: node.name.as_str().into(),
+                subtask: ev.id.subtask,
+                parallelism: ev.parallelism,
+                max_parallelism: node.max_parallelism,
+                key_groups: key_group_range_for_operator(
+                    node.max_parallelism,
+                    ev.parallelism,
+                    ev.id.subtask,
+                ),
+                config: config.clone(),
+                cancel: cancel.clone(),
+                restored,
+            };
+            match &job.factories[node_id.index()] {
+                NodeFactory::Source(factory) => {
+                    let endpoint = endpoints
+                        .get_mut(&node_id)
+                        .and_then(|eps| eps.get_mut(ev.id.subtask as usize))
+                        .and_then(Option::take)
+                        .ok_or_else(|| WeirError::Internal("missing reader endpoint".into()))?;
+                    let task = factory
+                        .create_task(&setup, output, endpoint)
+                        .map_err(|e| setup_error(&node.name, ev.id.subtask, e))?;
+                    source_task = Some(task);
+                }
+                NodeFactory::Operator(factory) => {
+                    let input = factory
+                        .create(&setup, output)
+                        .map_err(|e| setup_error(&node.name, ev.id.subtask, e))?;
+                    chained_inputs.insert(node_id, input);
+                }
+            }
+        }
+        let body = match source_task {
+            Some(task) => task,
+            None => {
+                let head = vertex.head();
+                let input_type = sg
+                    .in_edges(head)
+                    .next()
+                    .map(|e| &job.output_types[e.source.index()])
+                    .ok_or_else(|| {
+                        WeirError::Internal(format!(
+                            "operator `{}` has no input",
+                            sg.node(head).name
+                        ))
+                    })?;
+                let head_input = chained_inputs
+                    .remove(&head)
+                    .ok_or_else(|| WeirError::Internal("chain head missing".into()))?;
+                input_type
+                    .input_task(
+                        receivers.remove(&ev.id).unwrap_or_default(),
+                        head_input,
+                        cancel.clone(),
+                        config.buffer_timeout,
+                    )
+                    .map_err(WeirError::Internal)?
+            }
+        };
+        tasks.push((ev.id, ev.name.clone(), body));
+    }
+    Ok(Deployment {
+        tasks,
+        coordinators,
+    })
+}

@@ -1,0 +1,158 @@
+//! A task's side of a checkpoint: the synchronous snapshot of its chain at the barrier, the
+//! asynchronous write of that snapshot to checkpoint storage, and the acknowledgement (or
+//! decline) sent to the job manager.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::coordinator::Acknowledgement;
+use crate::checkpoint::metadata::{KeyedStateHandle, ListStateEntry, OperatorSubtaskState};
+use crate::checkpoint::stats::SubtaskCheckpointStats;
+use crate::error::{panic_message, TaskError};
+use crate::graph::ids::NodeId;
+use crate::runtime::output::Output;
+use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
+use crate::runtime::task::{TaskEnvironment, TaskEvent};
+use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
+
+/// What a checkpoint notification says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointNotification {
+    /// Checkpoint `id` is complete (its metadata is durable).
+    Complete(u64),
+    /// Checkpoint `id` was aborted.
+    Aborted(u64),
+}
+
+/// The frozen state of one operator subtask, taken on the task thread.
+pub struct OperatorSnapshot {
+    /// The operator.
+    pub node: NodeId,
+    /// Keyed state, written asynchronously.
+    pub keyed: Option<KeyedStateSnapshot>,
+    /// Operator list states (already serialized).
+    pub lists: Vec<ListStateEntry>,
+}
+
+/// State handed to an operator subtask when the job starts from a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct RestoredOperatorState {
+    /// Keyed state of the key groups this subtask owns.
+    pub keyed: Vec<KeyGroupBlock>,
+    /// Operator list states after redistribution.
+    pub lists: Vec<ListStateEntry>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Takes checkpoint `barrier` at a task whose chain starts at `head`: forwards the barrier
+/// through the chain (operators do their pre-barrier work, writers send it downstream),
+/// freezes every operator's state, and hands the write to a snapshot thread. `extra` holds
+/// state taken before the chain's (a source reader's position).
+pub fn checkpoint_chain<T>(
+    head: &mut dyn Output<T>,
+    mut extra: Vec<OperatorSnapshot>,
+    barrier: CheckpointBarrier,
+    env: &TaskEnvironment,
+    alignment_duration: Duration,
+) -> Result<(), TaskError> {
+    let started = Instant::now();
+    let start_delay = Duration::from_millis(now_millis().saturating_sub(barrier.timestamp_millis));
+    head.emit_event(&StreamEvent::Barrier(barrier))?;
+    head.snapshot_state(barrier.checkpoint_id, &mut extra)?;
+    let stats = SubtaskCheckpointStats {
+        task: env.task_name.clone(),
+        sync_duration: started.elapsed(),
+        alignment_duration,
+        start_delay,
+        ..SubtaskCheckpointStats::default()
+    };
+    let Some(storage) = env.storage.clone() else {
+        return Err(TaskError::Internal(
+            "checkpoint barrier at a task without checkpoint storage".into(),
+        ));
+    };
+    let (task, events) = (env.task, env.events.clone());
+    let id = barrier.checkpoint_id;
+    let location = storage.location(id, barrier.snapshot_type);
+    let spawned = std::thread::Builder::new()
+        .name(format!("snapshot {id} {}", env.task_name))
+        .spawn(move || {
+            let write_started = Instant::now();
+            let written = catch_unwind(AssertUnwindSafe(|| {
+                write_snapshots(storage.as_ref(), &location, task.subtask, extra)
+            }))
+            .unwrap_or_else(|p| {
+                Err(format!(
+                    "snapshot writer panicked: {}",
+                    panic_message(p.as_ref())
+                ))
+            });
+            let event = match written {
+                Ok(states) => {
+                    let mut stats = stats;
+                    stats.async_duration = write_started.elapsed();
+                    stats.state_size = states.iter().map(|(_, s)| s.size()).sum();
+                    TaskEvent::Acknowledge {
+                        task,
+                        checkpoint_id: id,
+                        ack: Acknowledgement::Task { states, stats },
+                    }
+                }
+                Err(reason) => TaskEvent::Decline {
+                    task,
+                    checkpoint_id: id,
+                    reason,
+                },
+            };
+            // The job manager may have moved on (job cancelled); the ack is then moot.
+            let _ = events.send(event);
+        });
+    spawned
+        .map(|_| ())
+        .map_err(|e| TaskError::Internal(format!("cannot start snapshot thread: {e}")))
+}
+
+/// The asynchronous part: writes keyed state files and assembles the subtask states.
+fn write_snapshots(
+    storage: &dyn crate::checkpoint::storage::CheckpointStorage,
+    location: &str,
+    subtask: u32,
+    snapshots: Vec<OperatorSnapshot>,
+) -> Result<Vec<(NodeId, OperatorSubtaskState)>, String> {
+    let mut states = Vec::with_capacity(snapshots.len());
+    for snapshot in snapshots {
+        let keyed = match snapshot.keyed {
+            Some(keyed) => {
+                let (bytes, key_groups) = keyed.write().map_err(|e| e.to_string())?;
+                if key_groups.is_empty() {
+                    None
+                } else {
+                    let file = format!("{}-{subtask}.keyed", snapshot.node);
+                    storage
+                        .write_file(location, &file, &bytes)
+                        .map_err(|e| e.to_string())?;
+                    Some(KeyedStateHandle { file, key_groups })
+                }
+            }
+            None => None,
+        };
+        if keyed.is_none() && snapshot.lists.is_empty() {
+            continue;
+        }
+        states.push((
+            snapshot.node,
+            OperatorSubtaskState {
+                subtask,
+                keyed,
+                lists: snapshot.lists,
+            },
+        ));
+    }
+    Ok(states)
+}

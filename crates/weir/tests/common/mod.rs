@@ -1,0 +1,153 @@
+//! Test harness shared by the checkpointing tests: an exactly-once oracle sink, a seeded
+//! random generator, and deterministic keys.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use weir::connectors::sink::{Sink, SinkWriter};
+use weir::{BoxError, FunctionStateContext, Record, RuntimeContext};
+
+/// SplitMix64: a deterministic, well-mixed function of `i`.
+pub fn mix(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A small seeded random number generator.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        mix(self.0) % n
+    }
+}
+
+/// Seeds to run: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n, otherwise `default`.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![seed];
+    }
+    let n = std::env::var("WEIR_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+/// Transactions committed to the "external system": (writer, checkpoint) → records.
+/// Committing is idempotent: a transaction already present is not written again.
+pub type CommittedStore<T> = Arc<Mutex<BTreeMap<(u32, u64), Vec<T>>>>;
+
+/// A write-ahead-log sink: records of checkpoint n wait in operator state and are committed
+/// when n completes (or on restore, when the notification was lost). The committed store is
+/// the exactly-once oracle: each record of an uninterrupted run must appear in it once.
+#[derive(Clone)]
+pub struct CommittingSink<T> {
+    pub store: CommittedStore<T>,
+}
+
+impl<T> CommittingSink<T> {
+    pub fn new() -> (Self, CommittedStore<T>) {
+        let store: CommittedStore<T> = Arc::default();
+        (
+            Self {
+                store: store.clone(),
+            },
+            store,
+        )
+    }
+}
+
+/// Everything committed, in commit-key order.
+pub fn committed<T: Clone>(store: &CommittedStore<T>) -> Vec<T> {
+    store.lock().unwrap().values().flatten().cloned().collect()
+}
+
+pub struct CommittingWriter<T> {
+    store: CommittedStore<T>,
+    /// Unique id of this writer instance, so transactions of different runs never collide.
+    writer_id: u32,
+    current: Vec<T>,
+    /// (writer id, checkpoint id, records) awaiting commit.
+    pending: Vec<(u32, u64, Vec<T>)>,
+}
+
+static NEXT_WRITER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+impl<T: Record> CommittingWriter<T> {
+    fn commit(&mut self, up_to: u64) {
+        let mut store = self.store.lock().unwrap();
+        self.pending.retain(|(writer, checkpoint, records)| {
+            if *checkpoint <= up_to {
+                store
+                    .entry((*writer, *checkpoint))
+                    .or_insert_with(|| records.clone());
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+impl<T: Record> Sink<T> for CommittingSink<T> {
+    type Writer = CommittingWriter<T>;
+    fn create_writer(&self, _context: &RuntimeContext) -> Result<CommittingWriter<T>, BoxError> {
+        Ok(CommittingWriter {
+            store: self.store.clone(),
+            writer_id: NEXT_WRITER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            current: Vec::new(),
+            pending: Vec::new(),
+        })
+    }
+}
+
+impl<T: Record> SinkWriter<T> for CommittingWriter<T> {
+    fn write(&mut self, record: T) -> Result<(), BoxError> {
+        self.current.push(record);
+        Ok(())
+    }
+    fn flush(&mut self, end_of_input: bool) -> Result<(), BoxError> {
+        if end_of_input {
+            let records = std::mem::take(&mut self.current);
+            self.pending.push((self.writer_id, u64::MAX, records));
+            self.commit(u64::MAX);
+        }
+        Ok(())
+    }
+    fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        // Everything in a restored checkpoint was pre-committed in a completed checkpoint:
+        // commit it now (idempotently), covering notifications lost in the crash.
+        self.pending = ctx.operator_state().get_list("pending")?;
+        self.commit(u64::MAX);
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let id = ctx
+            .checkpoint_id()
+            .ok_or("snapshot without checkpoint id")?;
+        let records = std::mem::take(&mut self.current);
+        self.pending.push((self.writer_id, id, records));
+        ctx.operator_state().update_list("pending", &self.pending)?;
+        Ok(())
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
+        self.commit(checkpoint_id);
+        Ok(())
+    }
+}
+
+/// Counts of each distinct element.
+pub fn multiset<T: std::hash::Hash + Eq + Clone>(items: &[T]) -> HashMap<T, usize> {
+    let mut m = HashMap::new();
+    for i in items {
+        *m.entry(i.clone()).or_insert(0) += 1;
+    }
+    m
+}
