@@ -327,6 +327,33 @@ impl CheckpointCoordinator {
         all
     }
 
+    /// Aborts, without counting them as failures, the pending checkpoints that still await
+    /// `who` (it finished and will never acknowledge).
+    pub fn abort_awaiting(
+        &mut self,
+        who: Participant,
+        reason: &str,
+        now: Instant,
+    ) -> Vec<PendingCheckpoint> {
+        let ids: Vec<u64> = self
+            .pending
+            .values()
+            .filter(|p| p.awaiting.contains(&who))
+            .map(PendingCheckpoint::id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| {
+                let p = self.pending.remove(&id)?;
+                self.history.record(p.stats(
+                    CheckpointStatus::Failed,
+                    now,
+                    Some(reason.to_string()),
+                ));
+                Some(p)
+            })
+            .collect()
+    }
+
     /// Checkpoint `completed`'s metadata is written: records it and subsumes every older
     /// pending checkpoint, which are returned to be aborted.
     pub fn completed(

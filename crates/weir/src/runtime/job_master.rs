@@ -57,7 +57,9 @@ struct Attempt {
     coordinator_controls: Vec<(NodeId, Sender<CoordinatorControl>)>,
     names: HashMap<SubtaskRef, String>,
     running: BTreeSet<SubtaskRef>,
-    any_finished: bool,
+    /// Set once a task that is not a source has finished: its state could no longer be
+    /// checkpointed, so no checkpoint is taken after that.
+    checkpoints_disabled: bool,
     metrics: Vec<OperatorMetrics>,
     root_cause: Option<(String, SubtaskRef, TaskError)>,
     secondary: Option<(String, SubtaskRef, TaskError)>,
@@ -113,6 +115,7 @@ pub struct JobMaster {
     bad: BTreeSet<u64>,
     initial: Option<RestorePoint>,
     savepoint_waiters: HashMap<u64, Sender<Result<String, WeirError>>>,
+    restored_from: Vec<u64>,
 }
 
 impl JobMaster {
@@ -166,6 +169,7 @@ impl JobMaster {
             bad: BTreeSet::new(),
             initial,
             savepoint_waiters: HashMap::new(),
+            restored_from: Vec::new(),
         })
     }
 
@@ -341,6 +345,7 @@ impl JobMaster {
             operators,
             subtasks,
             restarts: self.restart.restarts(),
+            restored_from: self.restored_from.clone(),
             checkpoints: self.coordinator.history().clone(),
             savepoint,
         }
@@ -359,7 +364,7 @@ impl JobMaster {
             coordinator_controls: Vec::new(),
             names: HashMap::new(),
             running: BTreeSet::new(),
-            any_finished: false,
+            checkpoints_disabled: false,
             metrics: Vec::new(),
             root_cause: None,
             secondary: None,
@@ -423,6 +428,9 @@ impl JobMaster {
 
     fn run_attempt(&mut self, restore: Option<&RestorePoint>) -> Result<AttemptEnd, DeployError> {
         let (mut attempt, events) = self.spawn(restore)?;
+        if let Some(point) = restore {
+            self.restored_from.push(point.checkpoint_id);
+        }
         tracing::info!(job = %self.job_name(), tasks = attempt.running.len(),
             restored_from = restore.map(|r| r.checkpoint_id), "job running");
         self.coordinator.reset_timer(Instant::now());
@@ -493,10 +501,24 @@ impl JobMaster {
             TaskEvent::Finished { task, metrics } => {
                 attempt.running.remove(&task);
                 attempt.metrics.extend(metrics);
-                if !attempt.any_finished && !attempt.is_stopping() {
-                    attempt.any_finished = true;
-                    // A finished task cannot acknowledge: pending checkpoints cannot complete.
-                    self.fail_pending("a task finished before acknowledging");
+                // A finished source holds no state (all its splits are read), so later
+                // checkpoints simply leave it out; a finished operator's state could not be
+                // taken any more, so checkpointing stops.
+                if !self.job.plan.job_graph.vertices[task.vertex.index()].is_source {
+                    attempt.checkpoints_disabled = true;
+                }
+                let reason = format!(
+                    "{} finished before acknowledging",
+                    attempt.names.get(&task).map_or("a task", String::as_str)
+                );
+                for pending in self.coordinator.abort_awaiting(
+                    Participant::Task(task),
+                    &reason,
+                    Instant::now(),
+                ) {
+                    attempt.notify(CheckpointNotification::Aborted(pending.id()));
+                    self.discard(&pending.location);
+                    self.answer_savepoint(pending.id(), Err(reason.clone()), attempt);
                 }
             }
             TaskEvent::Failed { task, error } => {
@@ -607,7 +629,7 @@ impl JobMaster {
             let timeout = self.job.config.checkpoint.timeout;
             self.abort_checkpoint(id, &format!("expired after {timeout:?}"), attempt);
         }
-        if !attempt.any_finished && self.coordinator.should_trigger(now) {
+        if !attempt.checkpoints_disabled && self.coordinator.should_trigger(now) {
             if let Err(e) = self.trigger(SnapshotType::Checkpoint, attempt) {
                 tracing::warn!(error = %e, "cannot trigger checkpoint");
             }
@@ -620,9 +642,9 @@ impl JobMaster {
                 "checkpointing is not enabled: set a checkpoint interval to take checkpoints or savepoints".into(),
             ));
         };
-        if attempt.any_finished || attempt.is_stopping() {
+        if attempt.checkpoints_disabled || attempt.is_stopping() {
             return Err(WeirError::InvalidRequest(
-                "some tasks have finished or the job is stopping; no more checkpoints can be taken"
+                "an operator has finished or the job is stopping; no more checkpoints can be taken"
                     .into(),
             ));
         }

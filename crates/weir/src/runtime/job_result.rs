@@ -53,6 +53,8 @@ pub struct JobExecutionResult {
     pub subtasks: Vec<OperatorMetrics>,
     /// Restarts after failures.
     pub restarts: u32,
+    /// Checkpoints (or the savepoint) each run started from, in order.
+    pub restored_from: Vec<u64>,
     /// Recent checkpoints.
     pub checkpoints: CheckpointHistory,
     /// The savepoint taken by stop-with-savepoint.

@@ -131,13 +131,21 @@ impl<S: Source> SourceTask<S> {
         }
     }
 
+    /// Applies the coordinator's queued messages, stopping after a checkpoint so that the
+    /// reader gets to emit records between two checkpoints however fast they are triggered.
     fn take_messages(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         while let Ok(control) = env.control.try_recv() {
             self.on_control(control)?;
         }
         loop {
             match self.endpoint.messages.try_recv() {
-                Ok(message) => self.on_message(message, env)?,
+                Ok(message) => {
+                    let was_trigger = matches!(message, ReaderMessage::Trigger(_));
+                    self.on_message(message, env)?;
+                    if was_trigger {
+                        return Ok(());
+                    }
+                }
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) => return Err(coordinator_gone(env)),
             }

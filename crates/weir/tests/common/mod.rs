@@ -151,3 +151,35 @@ pub fn multiset<T: std::hash::Hash + Eq + Clone>(items: &[T]) -> HashMap<T, usiz
     }
     m
 }
+
+/// Describes how `got` differs from `expected` (counts of missing and extra elements, and a
+/// few examples), or `None` when they are equal.
+pub fn diff<T: std::hash::Hash + Eq + Clone + std::fmt::Debug>(
+    expected: &HashMap<T, usize>,
+    got: &HashMap<T, usize>,
+) -> Option<String> {
+    let mut missing = Vec::new();
+    let mut extra = Vec::new();
+    for (k, n) in expected {
+        let g = got.get(k).copied().unwrap_or(0);
+        if g < *n {
+            missing.push((k.clone(), n - g));
+        }
+    }
+    for (k, n) in got {
+        let e = expected.get(k).copied().unwrap_or(0);
+        if *n > e {
+            extra.push((k.clone(), n - e));
+        }
+    }
+    if missing.is_empty() && extra.is_empty() {
+        return None;
+    }
+    let m: usize = missing.iter().map(|x| x.1).sum();
+    let x: usize = extra.iter().map(|x| x.1).sum();
+    missing.truncate(5);
+    extra.truncate(5);
+    Some(format!(
+        "{m} missing (e.g. {missing:?}), {x} extra (e.g. {extra:?})"
+    ))
+}

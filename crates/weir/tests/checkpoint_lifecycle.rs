@@ -1,0 +1,406 @@
+//! The checkpoint lifecycle: expiry, tolerable failures, concurrent checkpoints, cleanup of
+//! aborted and subsumed checkpoints, fallback from corrupt metadata, ids that grow across
+//! runs, and invalid configurations.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{committed, mix, CommittingSink};
+use weir::checkpoint::stats::CheckpointStatus;
+use weir::connectors::discard::DiscardingSink;
+use weir::connectors::generator::GeneratorSource;
+use weir::{
+    BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, ExecutionConfig,
+    FunctionStateContext, ProcessFunction, RestartStrategyConfig, RetentionOnCancel,
+    RuntimeContext, StreamExecutionEnvironment,
+};
+
+/// Passes records on; sleeps in every snapshot, to make checkpoints slow.
+#[derive(Clone)]
+struct SlowSnapshot(Duration);
+
+impl ProcessFunction<u64, u64> for SlowSnapshot {
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &RuntimeContext,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        out.collect(v);
+        Ok(())
+    }
+    fn snapshot_state(&mut self, _: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        std::thread::sleep(self.0);
+        Ok(())
+    }
+}
+
+fn slow_job(
+    checkpoint: CheckpointConfig,
+    restart: RestartStrategyConfig,
+    snapshot: Duration,
+    records: u64,
+) -> Result<weir::JobExecutionResult, weir::WeirError> {
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(checkpoint)
+        .with_restart_strategy(restart);
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        GeneratorSource::new(records, |i| i).with_rate_limit(10_000.0),
+        "numbers",
+    )
+    .process(SlowSnapshot(snapshot))
+    .sink_to(DiscardingSink, "discard");
+    env.execute("slow")
+}
+
+#[test]
+fn checkpoints_that_exceed_the_timeout_expire() {
+    let checkpoint = CheckpointConfig::default()
+        .with_interval(Duration::from_millis(20))
+        .with_timeout(Duration::from_millis(30))
+        .with_tolerable_failures(1000)
+        .with_storage(CheckpointStorageConfig::Memory);
+    let result = slow_job(
+        checkpoint,
+        RestartStrategyConfig::None,
+        Duration::from_millis(80),
+        5_000,
+    )
+    .unwrap();
+    let history = &result.checkpoints;
+    assert!(history.failed >= 1, "{history}");
+    let expired = history
+        .recent
+        .iter()
+        .find(|s| s.status == CheckpointStatus::Failed)
+        .unwrap();
+    assert!(
+        expired.failure.as_deref().unwrap_or("").contains("expired"),
+        "{expired:?}"
+    );
+}
+
+#[test]
+fn too_many_failed_checkpoints_fail_the_job() {
+    let checkpoint = CheckpointConfig::default()
+        .with_interval(Duration::from_millis(20))
+        .with_timeout(Duration::from_millis(30))
+        .with_tolerable_failures(0)
+        .with_storage(CheckpointStorageConfig::Memory);
+    let err = slow_job(
+        checkpoint,
+        RestartStrategyConfig::None,
+        Duration::from_millis(80),
+        50_000,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("tolerable checkpoint failures"),
+        "{err}"
+    );
+}
+
+#[test]
+fn concurrent_checkpoints_overlap() {
+    let checkpoint = CheckpointConfig::default()
+        .with_interval(Duration::from_millis(10))
+        .with_max_concurrent(3)
+        .with_storage(CheckpointStorageConfig::Memory);
+    let result = slow_job(
+        checkpoint,
+        RestartStrategyConfig::None,
+        Duration::from_millis(25),
+        5_000,
+    )
+    .unwrap();
+    let done: Vec<_> = result
+        .checkpoints
+        .recent
+        .iter()
+        .filter(|s| s.status == CheckpointStatus::Completed)
+        .collect();
+    assert!(done.len() >= 3, "{}", result.checkpoints);
+    let overlapping = done.windows(2).any(|w| {
+        let end_of_first =
+            w[0].trigger_timestamp_millis + w[0].duration.unwrap().as_millis() as u64;
+        w[1].trigger_timestamp_millis < end_of_first
+    });
+    assert!(
+        overlapping,
+        "no two checkpoints were in flight together: {}",
+        result.checkpoints
+    );
+}
+
+fn job_dir(dir: &Path, job: &str) -> PathBuf {
+    dir.join(job)
+}
+
+fn checkpoint_dirs(job_dir: &Path) -> Vec<(u64, bool)> {
+    let mut found: Vec<(u64, bool)> = std::fs::read_dir(job_dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let e = e.ok()?;
+                    let id = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+                    Some((id, e.path().join("_metadata").exists()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_unstable();
+    found
+}
+
+#[test]
+fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(15))
+                .with_timeout(Duration::from_millis(40))
+                .with_tolerable_failures(1000)
+                .with_retained(2)
+                .with_retention_on_cancel(RetentionOnCancel::Retain)
+                .with_storage(CheckpointStorageConfig::FileSystem(
+                    dir.path().to_path_buf(),
+                )),
+        );
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    // Snapshots alternate between fast and too slow, so some checkpoints expire.
+    let slow = Arc::new(AtomicBool::new(false));
+    #[derive(Clone)]
+    struct Alternating(Arc<AtomicBool>);
+    impl ProcessFunction<u64, u64> for Alternating {
+        fn process_element(
+            &mut self,
+            v: u64,
+            _: &RuntimeContext,
+            out: &mut Collector<'_, u64>,
+        ) -> Result<(), BoxError> {
+            out.collect(v);
+            Ok(())
+        }
+        fn snapshot_state(&mut self, _: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+            if !self.0.fetch_xor(true, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(60));
+            }
+            Ok(())
+        }
+    }
+    env.from_source(
+        GeneratorSource::unbounded(|i| i).with_rate_limit(5_000.0),
+        "numbers",
+    )
+    .process(Alternating(slow))
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("cleanup").unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let result = client.cancel().unwrap();
+    assert!(
+        result.checkpoints.failed >= 1 && result.checkpoints.completed >= 2,
+        "{}",
+        result.checkpoints
+    );
+    let dirs = checkpoint_dirs(&job_dir(dir.path(), "cleanup"));
+    assert_eq!(
+        dirs.len(),
+        2,
+        "only the 2 retained checkpoints remain: {dirs:?}"
+    );
+    assert!(
+        dirs.iter().all(|(_, has_metadata)| *has_metadata),
+        "partial checkpoint left behind: {dirs:?}"
+    );
+
+    // A job that finishes discards its checkpoints.
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(15))
+                .with_storage(CheckpointStorageConfig::FileSystem(
+                    dir.path().to_path_buf(),
+                )),
+        );
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        GeneratorSource::new(2_000, |i| i).with_rate_limit(10_000.0),
+        "numbers",
+    )
+    .sink_to(DiscardingSink, "discard");
+    let result = env.execute("finishing").unwrap();
+    assert!(result.checkpoints.completed >= 1);
+    assert!(checkpoint_dirs(&job_dir(dir.path(), "finishing")).is_empty());
+}
+
+#[test]
+fn checkpoint_ids_keep_growing_across_runs_of_a_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        ExecutionConfig::default()
+            .with_parallelism(1)
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_millis(15))
+                    .with_retention_on_cancel(RetentionOnCancel::Retain)
+                    .with_storage(CheckpointStorageConfig::FileSystem(
+                        dir.path().to_path_buf(),
+                    )),
+            )
+    };
+    let mut last = 0;
+    for run in 0..2 {
+        let env = StreamExecutionEnvironment::new(config()).unwrap();
+        env.from_source(
+            GeneratorSource::unbounded(|i| i).with_rate_limit(5_000.0),
+            "numbers",
+        )
+        .sink_to(DiscardingSink, "discard");
+        let client = env.execute_async("ids").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let result = client.cancel().unwrap();
+        let ids: Vec<u64> = result.checkpoints.recent.iter().map(|s| s.id).collect();
+        assert!(!ids.is_empty(), "run {run}");
+        assert!(
+            ids[0] > last,
+            "run {run}: ids {ids:?} restart at or below {last}"
+        );
+        last = *ids.last().unwrap();
+    }
+}
+
+/// A keyed count whose fault injector, before failing once at `fail_at`, damages the
+/// metadata of the newest checkpoint(s) on disk.
+fn run_with_corruption(
+    dir: &Path,
+    fail_at: u64,
+    corrupt_all: bool,
+) -> Result<(Vec<u64>, weir::JobExecutionResult), weir::WeirError> {
+    const RECORDS: u64 = 12_000;
+    let config = ExecutionConfig::default()
+        .with_parallelism(2)
+        .with_buffer_size(64)
+        .with_buffer_timeout(Duration::from_millis(5))
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(30))
+                .with_retained(3)
+                .with_storage(CheckpointStorageConfig::FileSystem(dir.to_path_buf())),
+        )
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 3,
+            delay: Duration::from_millis(5),
+        });
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    let (sink, store) = CommittingSink::new();
+    let failed = Arc::new(AtomicBool::new(false));
+    let corrupted: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
+    let corrupted_in_job = corrupted.clone();
+    let job = job_dir(dir, "corrupt");
+    env.from_source(
+        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+        "numbers",
+    )
+    .map(move |i: u64| {
+        if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
+            let complete: Vec<u64> = checkpoint_dirs(&job)
+                .into_iter()
+                .filter(|c| c.1)
+                .map(|c| c.0)
+                .collect();
+            let victims = if corrupt_all {
+                complete.clone()
+            } else {
+                complete.last().copied().into_iter().collect()
+            };
+            corrupted_in_job
+                .lock()
+                .unwrap()
+                .extend(victims.iter().copied());
+            for id in victims {
+                let path = job.join(format!("chk-{id}")).join("_metadata");
+                let bytes = std::fs::read(&path).unwrap();
+                std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+            }
+            panic!("injected failure after corrupting checkpoints {complete:?}");
+        }
+        i
+    })
+    .key_by(|i: &u64| mix(*i) % 53)
+    .count()
+    .uid("count")
+    .sink_to(sink, "committed");
+    let result = env.execute("corrupt")?;
+    let mut max_count: HashMap<u64, u64> = HashMap::new();
+    for (k, n) in committed(&store) {
+        let e = max_count.entry(k).or_insert(0);
+        *e = (*e).max(n);
+    }
+    let mut truth: HashMap<u64, u64> = HashMap::new();
+    for i in 0..RECORDS {
+        *truth.entry(mix(i) % 53).or_insert(0) += 1;
+    }
+    assert_eq!(max_count, truth, "final counts after recovery");
+    let corrupted = corrupted.lock().unwrap().clone();
+    Ok((corrupted, result))
+}
+
+#[test]
+fn corrupt_metadata_falls_back_to_the_previous_retained_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corrupted, result) = run_with_corruption(dir.path(), 8_000, false).unwrap();
+    assert_eq!(
+        corrupted.len(),
+        1,
+        "a checkpoint had completed before the failure"
+    );
+    assert_eq!(result.restarts, 1);
+    assert_eq!(result.restored_from.len(), 1, "{:?}", result.restored_from);
+    assert!(
+        result.restored_from[0] < corrupted[0],
+        "restored from {:?}, but checkpoint {} was corrupt",
+        result.restored_from,
+        corrupted[0]
+    );
+}
+
+#[test]
+fn all_retained_checkpoints_corrupt_is_an_error_not_an_empty_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let err =
+        run_with_corruption(dir.path(), 8_000, true).expect_err("must not start from empty state");
+    let text = err.to_string();
+    assert!(
+        text.contains("refusing to start from empty state"),
+        "{text}"
+    );
+}
+
+#[test]
+fn invalid_checkpoint_configurations_are_rejected() {
+    let bad = ExecutionConfig::default().with_checkpointing(
+        CheckpointConfig::default()
+            .with_interval(Duration::from_millis(100))
+            .with_min_pause(Duration::from_millis(50))
+            .with_max_concurrent(2),
+    );
+    let err = StreamExecutionEnvironment::new(bad).err().unwrap();
+    assert_eq!(err.option, "checkpoint.min_pause");
+    let bad =
+        ExecutionConfig::default().with_restart_strategy(RestartStrategyConfig::FailureRate {
+            max_failures: 0,
+            interval: Duration::from_secs(1),
+            delay: Duration::ZERO,
+        });
+    assert!(StreamExecutionEnvironment::new(bad).is_err());
+}
