@@ -521,8 +521,13 @@ impl JobMaster {
                     self.answer_savepoint(pending.id(), Err(reason.clone()), attempt);
                 }
             }
-            TaskEvent::Failed { task, error } => {
+            TaskEvent::Failed {
+                task,
+                error,
+                metrics,
+            } => {
                 attempt.running.remove(&task);
+                attempt.metrics.extend(metrics);
                 let name = attempt.names.get(&task).cloned().unwrap_or_default();
                 self.record_failure(attempt, name, task, error);
             }

@@ -84,12 +84,14 @@ pub enum TaskEvent {
         /// Record counts of its operators.
         metrics: Vec<OperatorMetrics>,
     },
-    /// The task failed.
+    /// The task failed (or was cancelled).
     Failed {
         /// Which subtask.
         task: SubtaskRef,
         /// Why.
         error: TaskError,
+        /// Record counts of its operators up to the failure.
+        metrics: Vec<OperatorMetrics>,
     },
     /// A source coordinator (split enumerator) failed.
     CoordinatorFailed {
@@ -132,18 +134,21 @@ pub enum TaskEvent {
 pub fn run_task(mut body: Box<dyn Invokable>, env: TaskEnvironment) {
     let task = env.task;
     let outcome = catch_unwind(AssertUnwindSafe(|| body.invoke(&env)));
+    let mut metrics = Vec::new();
+    body.report_metrics(&mut metrics);
     let event = match outcome {
-        Ok(Ok(())) => {
-            let mut metrics = Vec::new();
-            body.report_metrics(&mut metrics);
-            TaskEvent::Finished { task, metrics }
-        }
-        Ok(Err(error)) => TaskEvent::Failed { task, error },
+        Ok(Ok(())) => TaskEvent::Finished { task, metrics },
+        Ok(Err(error)) => TaskEvent::Failed {
+            task,
+            error,
+            metrics,
+        },
         Err(payload) => TaskEvent::Failed {
             task,
             error: TaskError::UserPanic {
                 message: panic_message(payload.as_ref()),
             },
+            metrics,
         },
     };
     match &event {
