@@ -279,12 +279,42 @@ fn checkpoint_ids_keep_growing_across_runs_of_a_job() {
     }
 }
 
+/// What the fault injector damages before it fails.
+#[derive(Clone, Copy, PartialEq)]
+enum Damage {
+    /// Truncates the newest checkpoint's metadata.
+    NewestMetadata,
+    /// Truncates every retained checkpoint's metadata.
+    AllMetadata,
+    /// Flips bytes in the newest checkpoint's keyed state files (its metadata stays valid).
+    NewestStateFiles,
+}
+
+fn damage(checkpoint_dir: &Path, what: Damage) {
+    if what == Damage::NewestStateFiles {
+        for entry in std::fs::read_dir(checkpoint_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "keyed") {
+                let mut bytes = std::fs::read(&path).unwrap();
+                for i in (8..bytes.len()).step_by(7) {
+                    bytes[i] ^= 0x5A;
+                }
+                std::fs::write(&path, bytes).unwrap();
+            }
+        }
+    } else {
+        let path = checkpoint_dir.join("_metadata");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+}
+
 /// A keyed count whose fault injector, before failing once at `fail_at`, damages the
-/// metadata of the newest checkpoint(s) on disk.
+/// newest checkpoint(s) on disk.
 fn run_with_corruption(
     dir: &Path,
     fail_at: u64,
-    corrupt_all: bool,
+    what: Damage,
 ) -> Result<(Vec<u64>, weir::JobExecutionResult), weir::WeirError> {
     const RECORDS: u64 = 12_000;
     let config = ExecutionConfig::default()
@@ -318,7 +348,7 @@ fn run_with_corruption(
                 .filter(|c| c.1)
                 .map(|c| c.0)
                 .collect();
-            let victims = if corrupt_all {
+            let victims: Vec<u64> = if what == Damage::AllMetadata {
                 complete.clone()
             } else {
                 complete.last().copied().into_iter().collect()
@@ -328,9 +358,7 @@ fn run_with_corruption(
                 .unwrap()
                 .extend(victims.iter().copied());
             for id in victims {
-                let path = job.join(format!("chk-{id}")).join("_metadata");
-                let bytes = std::fs::read(&path).unwrap();
-                std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+                damage(&job.join(format!("chk-{id}")), what);
             }
             panic!("injected failure after corrupting checkpoints {complete:?}");
         }
@@ -356,29 +384,31 @@ fn run_with_corruption(
 }
 
 #[test]
-fn corrupt_metadata_falls_back_to_the_previous_retained_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let (corrupted, result) = run_with_corruption(dir.path(), 8_000, false).unwrap();
-    assert_eq!(
-        corrupted.len(),
-        1,
-        "a checkpoint had completed before the failure"
-    );
-    assert_eq!(result.restarts, 1);
-    assert_eq!(result.restored_from.len(), 1, "{:?}", result.restored_from);
-    assert!(
-        result.restored_from[0] < corrupted[0],
-        "restored from {:?}, but checkpoint {} was corrupt",
-        result.restored_from,
-        corrupted[0]
-    );
+fn corrupt_checkpoints_fall_back_to_the_previous_retained_checkpoint() {
+    for what in [Damage::NewestMetadata, Damage::NewestStateFiles] {
+        let dir = tempfile::tempdir().unwrap();
+        let (corrupted, result) = run_with_corruption(dir.path(), 8_000, what).unwrap();
+        assert_eq!(
+            corrupted.len(),
+            1,
+            "a checkpoint had completed before the failure"
+        );
+        assert_eq!(result.restarts, 1);
+        assert_eq!(result.restored_from.len(), 1, "{:?}", result.restored_from);
+        assert!(
+            result.restored_from[0] < corrupted[0],
+            "restored from {:?}, but checkpoint {} was corrupt",
+            result.restored_from,
+            corrupted[0]
+        );
+    }
 }
 
 #[test]
 fn all_retained_checkpoints_corrupt_is_an_error_not_an_empty_start() {
     let dir = tempfile::tempdir().unwrap();
-    let err =
-        run_with_corruption(dir.path(), 8_000, true).expect_err("must not start from empty state");
+    let err = run_with_corruption(dir.path(), 8_000, Damage::AllMetadata)
+        .expect_err("must not start from empty state");
     let text = err.to_string();
     assert!(
         text.contains("refusing to start from empty state"),
