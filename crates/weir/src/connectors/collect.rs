@@ -48,11 +48,9 @@ impl<T: Send + 'static> Sink<T> for CollectSink<T> {
 
 impl<T: Send + 'static> SinkWriter<T> for CollectWriter<T> {
     fn write(&mut self, record: T) -> Result<(), BoxError> {
+        // Handed over at once, so a cancelled job's records are visible too.
         self.buffer.push(record);
-        if self.buffer.len() >= 4096 {
-            self.flush(false)?;
-        }
-        Ok(())
+        self.flush(false)
     }
     fn flush(&mut self, _end_of_input: bool) -> Result<(), BoxError> {
         if !self.buffer.is_empty() {

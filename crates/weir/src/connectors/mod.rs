@@ -4,6 +4,8 @@
 pub mod collect;
 pub mod collection;
 pub mod discard;
+pub mod file_reader;
+pub mod file_source;
 pub mod generator;
 pub mod print;
 pub mod sink;

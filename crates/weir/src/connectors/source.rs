@@ -119,6 +119,20 @@ pub trait SplitEnumerator: Send + 'static {
     fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
         Ok(())
     }
+
+    /// How often [`SplitEnumerator::on_tick`] runs (`None`: never), e.g. to discover new
+    /// files or partitions.
+    fn tick_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Periodic work, every [`SplitEnumerator::tick_interval`].
+    fn on_tick(
+        &mut self,
+        _context: &mut SplitEnumeratorContext<Self::Split>,
+    ) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// A message from the enumerator to one reader.

@@ -309,7 +309,12 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
         events: Sender<TaskEvent>,
     ) -> Result<(), TaskError> {
         self.call(|e, ctx| e.start(ctx))?;
+        let tick = self.enumerator.tick_interval();
+        let mut next_tick = tick.map(|t| Instant::now() + t);
         loop {
+            let wait = next_tick.map_or(Duration::from_secs(3600), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
             select! {
                 recv(self.inbox) -> event => match event {
                     Ok(ReaderEvent::Registered(subtask)) => self.call(|e, ctx| {
@@ -330,6 +335,12 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
                     Err(_) => return Err(TaskError::Cancelled),
                 },
                 recv(self.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
+                default(wait) => {
+                    if let Some(interval) = tick {
+                        self.call(|e, ctx| e.on_tick(ctx))?;
+                        next_tick = Some(Instant::now() + interval);
+                    }
+                }
             }
         }
     }

@@ -1,0 +1,330 @@
+//! Reads the files assigned to one file-source subtask, record by record, keeping the exact
+//! byte offset and line number of the next record as the split's position.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::time::{Duration, Instant};
+
+use csv::ByteRecord;
+
+use crate::connectors::file_source::{Decoder, FileFormat, FileSplit, MalformedPolicy};
+use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
+use crate::error::BoxError;
+use crate::record::Record;
+use crate::runtime::output::Collector;
+
+const RECORDS_PER_POLL: u64 = 1024;
+
+/// A record as read, before decoding.
+#[derive(Debug, Clone, Copy)]
+pub enum RawRecord<'a> {
+    /// A line, without its line ending.
+    Line(&'a [u8]),
+    /// A CSV row, with the header row if the file has one.
+    Csv {
+        /// The row.
+        record: &'a ByteRecord,
+        /// The header row.
+        headers: Option<&'a ByteRecord>,
+    },
+}
+
+impl RawRecord<'_> {
+    /// The record as text (invalid UTF-8 replaced), for error messages and dead letters.
+    pub fn to_text(&self) -> String {
+        match self {
+            RawRecord::Line(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            RawRecord::Csv { record, .. } => record
+                .iter()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+}
+
+/// Where a record was found.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordLocation<'a> {
+    /// The file.
+    pub file: &'a str,
+    /// 1-based line number.
+    pub line: u64,
+}
+
+enum OpenFile {
+    Lines(BufReader<File>),
+    Csv {
+        reader: csv::Reader<BufReader<File>>,
+        headers: Option<ByteRecord>,
+        base_offset: u64,
+        base_line: u64,
+    },
+}
+
+/// Reads the files assigned to one subtask.
+pub struct FileReader<T> {
+    context: SourceReaderContext,
+    format: FileFormat,
+    policy: MalformedPolicy,
+    decoder: Decoder<T>,
+    rate: Option<f64>,
+    started: Option<Instant>,
+    emitted: u64,
+    /// Assigned splits; the front one is being read and its position is kept current.
+    splits: VecDeque<FileSplit>,
+    open: Option<OpenFile>,
+    requested: bool,
+    no_more_splits: bool,
+    skipped: u64,
+    line_buffer: Vec<u8>,
+    record: ByteRecord,
+}
+
+fn open_at(path: &str, offset: u64) -> Result<BufReader<File>, BoxError> {
+    let mut file =
+        File::open(path).map_err(|e| format!("file source: cannot open `{path}`: {e}"))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| format!("file source: cannot seek `{path}` to byte {offset}: {e}"))?;
+    Ok(BufReader::with_capacity(256 * 1024, file))
+}
+
+impl<T: Record> FileReader<T> {
+    pub(crate) fn new(
+        context: SourceReaderContext,
+        format: FileFormat,
+        policy: MalformedPolicy,
+        decoder: Decoder<T>,
+        records_per_second: Option<f64>,
+    ) -> Self {
+        let rate = records_per_second.map(|r| r / f64::from(context.parallelism().max(1)));
+        Self {
+            context,
+            format,
+            policy,
+            decoder,
+            rate,
+            started: None,
+            emitted: 0,
+            splits: VecDeque::new(),
+            open: None,
+            requested: false,
+            no_more_splits: false,
+            skipped: 0,
+            line_buffer: Vec::new(),
+            record: ByteRecord::new(),
+        }
+    }
+
+    /// Rows skipped as malformed so far.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    fn allowed_now(&mut self) -> u64 {
+        let Some(rate) = self.rate else {
+            return RECORDS_PER_POLL;
+        };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let due = (started.elapsed().as_secs_f64() * rate) as u64 + 1;
+        due.saturating_sub(self.emitted).min(RECORDS_PER_POLL)
+    }
+
+    fn open_front(&mut self) -> Result<(), BoxError> {
+        let Some(split) = self.splits.front() else {
+            return Ok(());
+        };
+        let open = match &self.format {
+            FileFormat::Lines => OpenFile::Lines(open_at(&split.path, split.offset)?),
+            FileFormat::Csv {
+                has_header,
+                delimiter,
+            } => {
+                let builder = || {
+                    let mut b = csv::ReaderBuilder::new();
+                    b.has_headers(false).delimiter(*delimiter).flexible(true);
+                    b
+                };
+                let mut headers = None;
+                let (mut offset, mut line) = (split.offset, split.line);
+                if *has_header {
+                    // The header is the file's first row, wherever the split resumes.
+                    let mut head = builder().from_reader(open_at(&split.path, 0)?);
+                    let mut header = ByteRecord::new();
+                    head.read_byte_record(&mut header).map_err(|e| {
+                        format!(
+                            "file source: cannot read the header of `{}`: {e}",
+                            split.path
+                        )
+                    })?;
+                    if offset == 0 {
+                        offset = head.position().byte();
+                        line = head.position().line();
+                    }
+                    headers = Some(header);
+                }
+                OpenFile::Csv {
+                    reader: builder().from_reader(open_at(&split.path, offset)?),
+                    headers,
+                    base_offset: offset,
+                    base_line: line,
+                }
+            }
+        };
+        if let Some(front) = self.splits.front_mut() {
+            if let OpenFile::Csv {
+                base_offset,
+                base_line,
+                ..
+            } = &open
+            {
+                front.offset = *base_offset;
+                front.line = *base_line;
+            }
+        }
+        self.open = Some(open);
+        Ok(())
+    }
+
+    /// Reads the next raw record of the open file into the reader's buffers and advances
+    /// the front split's position; `false` at the end of the file.
+    fn read_next(&mut self) -> Result<bool, BoxError> {
+        let (Some(open), Some(split)) = (self.open.as_mut(), self.splits.front_mut()) else {
+            return Ok(false);
+        };
+        match open {
+            OpenFile::Lines(reader) => {
+                self.line_buffer.clear();
+                let n = reader
+                    .read_until(b'\n', &mut self.line_buffer)
+                    .map_err(|e| {
+                        format!(
+                            "file source: cannot read `{}` at byte {}: {e}",
+                            split.path, split.offset
+                        )
+                    })?;
+                if n == 0 {
+                    return Ok(false);
+                }
+                split.offset += n as u64;
+                if self.line_buffer.last() == Some(&b'\n') {
+                    self.line_buffer.pop();
+                    if self.line_buffer.last() == Some(&b'\r') {
+                        self.line_buffer.pop();
+                    }
+                }
+                Ok(true)
+            }
+            OpenFile::Csv {
+                reader,
+                base_offset,
+                base_line,
+                ..
+            } => {
+                let more = reader.read_byte_record(&mut self.record).map_err(|e| {
+                    format!("file source: `{}` line {}: {e}", split.path, split.line)
+                })?;
+                if more {
+                    split.offset = *base_offset + reader.position().byte();
+                    split.line = *base_line + reader.position().line() - 1;
+                }
+                Ok(more)
+            }
+        }
+    }
+}
+
+impl<T: Record> SourceReader for FileReader<T> {
+    type Output = T;
+    type Split = FileSplit;
+
+    fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
+        if self.splits.is_empty() {
+            if self.no_more_splits {
+                return Ok(InputStatus::EndOfInput);
+            }
+            if !self.requested {
+                self.requested = true;
+                self.context.send_split_request();
+            }
+            return Ok(InputStatus::NothingAvailable);
+        }
+        if self.open.is_none() {
+            self.open_front()?;
+        }
+        let allowed = self.allowed_now();
+        if allowed == 0 {
+            return Ok(InputStatus::NothingAvailable);
+        }
+        for _ in 0..allowed {
+            // The line a record starts on, before reading moves the position past it.
+            let line = self.splits.front().map_or(0, |s| s.line);
+            if !self.read_next()? {
+                self.splits.pop_front();
+                self.open = None;
+                if self.splits.is_empty() && !self.no_more_splits {
+                    self.requested = true;
+                    self.context.send_split_request();
+                }
+                return Ok(InputStatus::MoreAvailable);
+            }
+            let raw = match (&self.open, &self.format) {
+                (Some(OpenFile::Csv { headers, .. }), _) => RawRecord::Csv {
+                    record: &self.record,
+                    headers: headers.as_ref(),
+                },
+                _ => RawRecord::Line(&self.line_buffer),
+            };
+            let file = self.splits.front().map_or("", |s| s.path.as_str());
+            let location = crate::connectors::file_reader::RecordLocation { file, line };
+            match (self.decoder)(raw, &location) {
+                Ok(record) => {
+                    output.collect(record);
+                    self.emitted += 1;
+                }
+                Err(reason) => match self.policy {
+                    MalformedPolicy::Fail => {
+                        return Err(format!(
+                            "file source: malformed record at {file}:{line}: {reason} (row: {:?})",
+                            raw.to_text()
+                        )
+                        .into())
+                    }
+                    MalformedPolicy::Skip => {
+                        self.skipped += 1;
+                        if self.skipped <= 10 {
+                            tracing::warn!(%file, line, %reason, "skipping malformed record");
+                        }
+                    }
+                },
+            }
+        }
+        Ok(InputStatus::MoreAvailable)
+    }
+
+    fn poll_delay(&self) -> Duration {
+        match (self.rate, self.started) {
+            (Some(rate), Some(started)) => {
+                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
+                due.saturating_sub(started.elapsed())
+                    .clamp(Duration::from_micros(50), Duration::from_millis(100))
+            }
+            _ => Duration::from_millis(5),
+        }
+    }
+
+    fn add_splits(&mut self, splits: Vec<FileSplit>) -> Result<(), BoxError> {
+        self.splits.extend(splits);
+        self.requested = false;
+        Ok(())
+    }
+
+    fn notify_no_more_splits(&mut self) {
+        self.no_more_splits = true;
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<FileSplit>, BoxError> {
+        Ok(self.splits.iter().cloned().collect())
+    }
+}

@@ -1,0 +1,245 @@
+//! The file source: lines and CSV, files, directories and globs, malformed rows under each
+//! policy, exact replay of offsets after failures, and directory monitoring.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{committed, diff, multiset, CommittingSink};
+use serde::{Deserialize, Serialize};
+use weir::connectors::file_source::{FileSource, MalformedPolicy, MalformedRecord};
+use weir::{
+    CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
+    StreamExecutionEnvironment, WeirError,
+};
+
+fn new_env(parallelism: u32) -> StreamExecutionEnvironment {
+    StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(parallelism))
+        .unwrap()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::File::create(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+#[test]
+fn reads_lines_of_a_file_a_directory_and_a_glob() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("a.txt"), "one\ntwo\r\nthree");
+    write(&dir.path().join("b.txt"), "four\n\nsix\n");
+    write(&dir.path().join("c.log"), "seven\n");
+    write(&dir.path().join(".hidden"), "never\n");
+    let all = vec!["", "four", "one", "seven", "six", "three", "two"];
+    for (path, expected) in [
+        (
+            dir.path().join("a.txt").display().to_string(),
+            vec!["one", "three", "two"],
+        ),
+        (dir.path().display().to_string(), all.clone()),
+        (
+            format!("{}/*.txt", dir.path().display()),
+            vec!["", "four", "one", "six", "three", "two"],
+        ),
+    ] {
+        let env = new_env(2);
+        let out = env.from_source(FileSource::lines(&path), "files").collect();
+        env.execute("lines").unwrap();
+        assert_eq!(sorted(out.take()), expected, "{path}");
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Person {
+    name: String,
+    age: u32,
+}
+
+#[test]
+fn decodes_csv_rows_by_header_or_position_with_any_delimiter() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("h.csv"),
+        "age,name\n30,ann\n41,\"bob, jr\"\n",
+    );
+    write(&dir.path().join("p.tsv"), "carl\t7\ndana\t9\n");
+    let env = new_env(1);
+    let by_header = env
+        .from_source(
+            FileSource::<Person>::csv(dir.path().join("h.csv").display().to_string()),
+            "h",
+        )
+        .collect();
+    let by_position = env
+        .from_source(
+            FileSource::<Person>::csv(dir.path().join("p.tsv").display().to_string())
+                .has_header(false)
+                .delimiter(b'\t'),
+            "p",
+        )
+        .collect();
+    env.execute("csv").unwrap();
+    let person = |name: &str, age| Person {
+        name: name.into(),
+        age,
+    };
+    assert_eq!(
+        sorted(by_header.take()),
+        vec![person("ann", 30), person("bob, jr", 41)]
+    );
+    assert_eq!(
+        sorted(by_position.take()),
+        vec![person("carl", 7), person("dana", 9)]
+    );
+}
+
+#[test]
+fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("people.csv");
+    write(&path, "name,age\nann,30\nbob,old\ncarl,7\n");
+    let path = path.display().to_string();
+
+    let env = new_env(1);
+    env.from_source(FileSource::<Person>::csv(&path), "people")
+        .collect();
+    let err = env.execute("fail").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("people.csv:3") && text.contains("bob,old"),
+        "{text}"
+    );
+
+    let env = new_env(1);
+    let kept = env
+        .from_source(
+            FileSource::<Person>::csv(&path).on_malformed(MalformedPolicy::Skip),
+            "people",
+        )
+        .collect();
+    env.execute("skip").unwrap();
+    assert_eq!(kept.take().len(), 2);
+
+    let env = new_env(1);
+    let rows = env.from_source(
+        FileSource::<Result<Person, MalformedRecord>>::csv_with_dead_letters(&path),
+        "people",
+    );
+    let good = rows
+        .flat_map(|r: Result<Person, MalformedRecord>| r.ok())
+        .collect();
+    let dead = rows
+        .flat_map(|r: Result<Person, MalformedRecord>| r.err())
+        .collect();
+    env.execute("dead letters").unwrap();
+    assert_eq!(good.take().len(), 2);
+    let dead = dead.take();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].line, dead[0].raw.as_str()), (3, "bob,old"));
+    assert!(dead[0].file.ends_with("people.csv"));
+}
+
+#[test]
+fn a_missing_path_is_a_clear_error() {
+    let env = new_env(1);
+    env.from_source(FileSource::lines("/definitely/not/here.txt"), "files")
+        .collect();
+    let err = env.execute("missing").unwrap_err();
+    assert!(matches!(err, WeirError::Setup { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`/definitely/not/here.txt` does not exist"),
+        "{err}"
+    );
+}
+
+#[test]
+fn offsets_are_restored_exactly_after_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = Vec::new();
+    for f in 0..4 {
+        let mut text = String::from("id,value\n");
+        for i in 0..2_500 {
+            text.push_str(&format!("{f}-{i},{}\n", i * 3));
+            expected.push(format!("{f}-{i}"));
+        }
+        write(&dir.path().join(format!("part-{f}.csv")), &text);
+    }
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    struct Row {
+        id: String,
+        value: u64,
+    }
+    let config = ExecutionConfig::default()
+        .with_parallelism(2)
+        .with_buffer_size(32)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(25))
+                .with_storage(CheckpointStorageConfig::Memory),
+        )
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 5,
+            delay: Duration::ZERO,
+        });
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    let (sink, store) = CommittingSink::new();
+    let failures = Arc::new([
+        ("1-1200", AtomicBool::new(false)),
+        ("3-2100", AtomicBool::new(false)),
+    ]);
+    env.from_source(
+        FileSource::<Row>::csv(format!("{}/*.csv", dir.path().display())).with_rate_limit(20_000.0),
+        "rows",
+    )
+    .map(move |row: Row| {
+        for (id, done) in failures.iter() {
+            if row.id == *id && !done.swap(true, Ordering::SeqCst) {
+                panic!("injected failure at {id}");
+            }
+        }
+        row.id
+    })
+    .sink_to(sink, "committed");
+    let result = env.execute("replay").unwrap();
+    assert_eq!(result.restarts, 2);
+    if let Some(d) = diff(&multiset(&expected), &multiset(&committed(&store))) {
+        panic!("{d}");
+    }
+}
+
+#[test]
+fn monitoring_picks_up_new_files() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("first.txt"), "a\nb\n");
+    let env = new_env(1);
+    let out = env
+        .from_source(
+            FileSource::lines(dir.path().display().to_string()).monitor(Duration::from_millis(20)),
+            "watched",
+        )
+        .collect();
+    let client = env.execute_async("monitor").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    // Written under a hidden name, then renamed, so the source never sees a partial file.
+    write(&dir.path().join(".second.tmp"), "c\n");
+    std::fs::rename(
+        dir.path().join(".second.tmp"),
+        dir.path().join("second.txt"),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    client.cancel().unwrap();
+    assert_eq!(sorted(out.take()), vec!["a", "b", "c"]);
+}
