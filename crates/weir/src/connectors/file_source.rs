@@ -228,7 +228,7 @@ impl<T: Record> FileSource<Result<T, MalformedRecord>> {
             },
             Arc::new(|raw, location| {
                 Ok(
-                    decode_csv::<T>(raw.clone(), location).map_err(|reason| MalformedRecord {
+                    decode_csv::<T>(raw, location).map_err(|reason| MalformedRecord {
                         file: location.file.to_string(),
                         line: location.line,
                         reason,
