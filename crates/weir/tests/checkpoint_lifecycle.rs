@@ -67,13 +67,20 @@ fn checkpoints_that_exceed_the_timeout_expire() {
         .with_timeout(Duration::from_millis(30))
         .with_tolerable_failures(1000)
         .with_storage(CheckpointStorageConfig::Memory);
-    let result = slow_job(
-        checkpoint,
-        RestartStrategyConfig::None,
-        Duration::from_millis(80),
-        5_000,
+    // Unbounded and cancelled: a bounded job would need its final checkpoint to succeed.
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(checkpoint);
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        GeneratorSource::unbounded(|i| i).with_rate_limit(10_000.0),
+        "numbers",
     )
-    .unwrap();
+    .process(SlowSnapshot(Duration::from_millis(80)))
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("slow").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let result = client.cancel().unwrap();
     let history = &result.checkpoints;
     assert!(history.failed >= 1, "{history}");
     let expired = history
@@ -433,4 +440,64 @@ fn invalid_checkpoint_configurations_are_rejected() {
             delay: Duration::ZERO,
         });
     assert!(StreamExecutionEnvironment::new(bad).is_err());
+}
+
+#[test]
+fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(20))
+                .with_storage(CheckpointStorageConfig::Memory),
+        );
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    let bounded = env.from_collection((0..10u64).collect());
+    let endless = env.from_source(
+        GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
+        "endless",
+    );
+    bounded.union(&endless).sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("mixed").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let result = client.cancel().unwrap();
+    let history = &result.checkpoints;
+    assert!(history.completed >= 5, "{history}");
+    assert_eq!(history.failed, 0, "{history}");
+}
+
+#[test]
+fn a_corrupt_restore_point_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        ExecutionConfig::default()
+            .with_parallelism(1)
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_millis(20))
+                    .with_storage(CheckpointStorageConfig::FileSystem(
+                        dir.path().to_path_buf(),
+                    )),
+            )
+    };
+    let build = |env: &StreamExecutionEnvironment| {
+        env.from_source(
+            GeneratorSource::new(1_000_000, |i| i).with_rate_limit(50_000.0),
+            "numbers",
+        )
+        .key_by(|i: &u64| i % 100)
+        .count()
+        .sink_to(DiscardingSink, "discard");
+    };
+    let env = StreamExecutionEnvironment::new(config()).unwrap();
+    build(&env);
+    let client = env.execute_async("corrupt restore").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let (savepoint, _) = client.stop_with_savepoint().unwrap();
+    damage(Path::new(&savepoint), Damage::NewestStateFiles);
+    let env = StreamExecutionEnvironment::new(config().with_restore(&savepoint, false)).unwrap();
+    build(&env);
+    let err = env.execute("corrupt restore").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("is corrupt"), "{text}");
 }

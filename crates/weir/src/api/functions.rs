@@ -40,6 +40,7 @@ pub struct RuntimeContext {
     pub(crate) subtask_index: u32,
     pub(crate) parallelism: u32,
     pub(crate) max_parallelism: u32,
+    pub(crate) checkpointing: bool,
 }
 
 impl RuntimeContext {
@@ -49,6 +50,7 @@ impl RuntimeContext {
             subtask_index: setup.subtask,
             parallelism: setup.parallelism,
             max_parallelism: setup.max_parallelism,
+            checkpointing: setup.config.checkpoint.interval.is_some(),
         }
     }
     /// The operator's name.
@@ -66,6 +68,12 @@ impl RuntimeContext {
     /// Number of key groups.
     pub fn max_parallelism(&self) -> u32 {
         self.max_parallelism
+    }
+    /// Whether the job takes periodic checkpoints. Transactional sinks then commit only when
+    /// a checkpoint completes — the job ends with a final checkpoint — and never at the end of
+    /// input.
+    pub fn is_checkpointing(&self) -> bool {
+        self.checkpointing
     }
 }
 

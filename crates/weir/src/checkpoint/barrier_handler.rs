@@ -7,7 +7,7 @@
 //! releases all channels. A newer barrier while aligning aborts the older checkpoint.
 //! At-least-once: nothing is held back; the snapshot happens when the last barrier arrives.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::checkpoint::config::CheckpointingMode;
 use crate::runtime::stream_element::CheckpointBarrier;
@@ -19,24 +19,22 @@ pub enum BarrierAction {
     Block(usize),
     /// Snapshot now, forward the barrier, release every channel.
     Snapshot(CheckpointBarrier),
-    /// Give up checkpoint `id` (release every channel) and tell the coordinator.
+    /// Give up checkpoint `.0`, overtaken by a newer one (release every channel) and tell the
+    /// coordinator.
     Abort(u64),
-}
-
-/// The alignment in progress.
-#[derive(Debug, Clone)]
-struct Alignment {
-    barrier: CheckpointBarrier,
-    received: BTreeSet<usize>,
 }
 
 /// Barrier alignment state of one task.
 #[derive(Debug, Clone)]
 pub struct BarrierHandler {
     mode: CheckpointingMode,
-    pending: Option<Alignment>,
-    /// Highest checkpoint id snapshotted or aborted; older barriers are ignored.
+    /// Checkpoints whose barriers have started to arrive: the barrier and the channels that
+    /// delivered it. Exactly-once holds at most one; at-least-once tracks several.
+    pending: BTreeMap<u64, (CheckpointBarrier, BTreeSet<usize>)>,
+    /// Highest checkpoint id snapshotted; older barriers are ignored.
     latest_handled: u64,
+    /// Checkpoints aborted by the coordinator; their late barriers are ignored.
+    aborted: BTreeSet<u64>,
 }
 
 impl BarrierHandler {
@@ -44,34 +42,39 @@ impl BarrierHandler {
     pub fn new(mode: CheckpointingMode) -> Self {
         Self {
             mode,
-            pending: None,
+            pending: BTreeMap::new(),
             latest_handled: 0,
+            aborted: BTreeSet::new(),
         }
     }
 
-    /// The checkpoint being aligned, if any.
+    /// The oldest checkpoint being aligned, if any.
     pub fn pending_checkpoint(&self) -> Option<u64> {
-        self.pending.as_ref().map(|a| a.barrier.checkpoint_id)
+        self.pending.keys().next().copied()
     }
 
-    fn complete_if_aligned(&mut self, open: &[bool]) -> Vec<BarrierAction> {
-        let aligned = match &self.pending {
-            Some(a) => open
-                .iter()
-                .enumerate()
-                .all(|(ch, is_open)| !is_open || a.received.contains(&ch)),
-            None => false,
-        };
-        if !aligned {
+    /// Snapshots the newest aligned checkpoint, dropping (aborting) older pending ones.
+    fn complete_aligned(&mut self, open: &[bool]) -> Vec<BarrierAction> {
+        let aligned = self
+            .pending
+            .iter()
+            .rev()
+            .find(|(_, (_, received))| {
+                open.iter()
+                    .enumerate()
+                    .all(|(ch, is_open)| !is_open || received.contains(&ch))
+            })
+            .map(|(id, (barrier, _))| (*id, *barrier));
+        let Some((id, barrier)) = aligned else {
             return Vec::new();
-        }
-        match self.pending.take() {
-            Some(a) => {
-                self.latest_handled = a.barrier.checkpoint_id;
-                vec![BarrierAction::Snapshot(a.barrier)]
-            }
-            None => Vec::new(),
-        }
+        };
+        let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
+        let mut actions: Vec<BarrierAction> = older.into_iter().map(BarrierAction::Abort).collect();
+        self.pending.retain(|k, _| *k > id);
+        self.latest_handled = id;
+        self.aborted.retain(|k| *k > id);
+        actions.push(BarrierAction::Snapshot(barrier));
+        actions
     }
 
     /// Barrier `barrier` arrived on `channel`; `open[c]` tells whether channel c has not
@@ -83,27 +86,33 @@ impl BarrierHandler {
         open: &[bool],
     ) -> Vec<BarrierAction> {
         let id = barrier.checkpoint_id;
-        if id <= self.latest_handled {
+        if id <= self.latest_handled || self.aborted.contains(&id) {
             // A late barrier of a checkpoint already taken or given up.
             return Vec::new();
         }
         let mut actions = Vec::new();
-        match &mut self.pending {
-            Some(a) if a.barrier.checkpoint_id == id => {
-                a.received.insert(channel);
+        if self.mode == CheckpointingMode::ExactlyOnce {
+            // Aligned checkpoints run one at a time: a newer barrier overtakes the older one.
+            if self
+                .pending
+                .keys()
+                .next_back()
+                .is_some_and(|newest| *newest > id)
+            {
+                return Vec::new();
             }
-            Some(a) if a.barrier.checkpoint_id > id => return Vec::new(),
-            other => {
-                if let Some(old) = other.take() {
-                    actions.push(BarrierAction::Abort(old.barrier.checkpoint_id));
-                }
-                *other = Some(Alignment {
-                    barrier,
-                    received: BTreeSet::from([channel]),
-                });
+            let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
+            for old in older {
+                self.pending.remove(&old);
+                actions.push(BarrierAction::Abort(old));
             }
         }
-        let done = self.complete_if_aligned(open);
+        self.pending
+            .entry(id)
+            .or_insert_with(|| (barrier, BTreeSet::new()))
+            .1
+            .insert(channel);
+        let done = self.complete_aligned(open);
         if done.is_empty() && self.mode == CheckpointingMode::ExactlyOnce {
             actions.push(BarrierAction::Block(channel));
         }
@@ -111,19 +120,18 @@ impl BarrierHandler {
         actions
     }
 
-    /// `channel` has ended; it counts as aligned from now on.
+    /// A channel has ended; it counts as aligned from now on.
     pub fn on_channel_finished(&mut self, open: &[bool]) -> Vec<BarrierAction> {
-        self.complete_if_aligned(open)
+        self.complete_aligned(open)
     }
 
-    /// The coordinator aborted checkpoint `id`: stop aligning it.
+    /// The coordinator aborted checkpoint `id`: stop aligning it and ignore its late
+    /// barriers. Returns whether it was being aligned (so held-back channels must be released).
     pub fn on_abort(&mut self, id: u64) -> bool {
-        if self.pending_checkpoint() == Some(id) {
-            self.pending = None;
-            self.latest_handled = self.latest_handled.max(id);
-            return true;
+        if id > self.latest_handled {
+            self.aborted.insert(id);
         }
-        false
+        self.pending.remove(&id).is_some()
     }
 }
 
@@ -138,6 +146,7 @@ mod tests {
             checkpoint_id: id,
             timestamp_millis: 0,
             snapshot_type: SnapshotType::Checkpoint,
+            is_final: false,
         }
     }
 
@@ -192,6 +201,27 @@ mod tests {
         assert!(h.on_abort(1));
         assert!(h.on_barrier(1, b(1), &[true, true]).is_empty());
         assert!(!h.on_abort(7));
+    }
+
+    #[test]
+    fn abort_before_any_barrier_ignores_the_late_barriers() {
+        let mut h = BarrierHandler::new(CheckpointingMode::ExactlyOnce);
+        assert!(!h.on_abort(3));
+        assert!(
+            h.on_barrier(0, b(3), &[true, true]).is_empty(),
+            "no channel held for an aborted checkpoint"
+        );
+        assert_eq!(h.on_barrier(0, b(4), &[true, true]), vec![Block(0)]);
+    }
+
+    #[test]
+    fn at_least_once_tracks_overlapping_checkpoints() {
+        let mut h = BarrierHandler::new(CheckpointingMode::AtLeastOnce);
+        let open = [true, true];
+        assert!(h.on_barrier(0, b(1), &open).is_empty());
+        assert!(h.on_barrier(0, b(2), &open).is_empty());
+        assert_eq!(h.on_barrier(1, b(1), &open), vec![Snapshot(b(1))]);
+        assert_eq!(h.on_barrier(1, b(2), &open), vec![Snapshot(b(2))]);
     }
 
     #[test]

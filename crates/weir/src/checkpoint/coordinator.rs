@@ -231,10 +231,14 @@ impl CheckpointCoordinator {
         Some(from_trigger.max(from_completion))
     }
 
+    /// Whether another checkpoint may start now that fewer than `max_concurrent` are pending.
+    pub fn has_capacity(&self) -> bool {
+        self.pending.len() < self.config.max_concurrent as usize
+    }
+
     /// Whether a periodic checkpoint should be triggered at `now`.
     pub fn should_trigger(&self, now: Instant) -> bool {
-        self.pending.len() < self.config.max_concurrent as usize
-            && self.next_due().is_some_and(|due| now >= due)
+        self.has_capacity() && self.next_due().is_some_and(|due| now >= due)
     }
 
     /// Starts checkpoint (or savepoint) with the next id, awaiting `participants`.
@@ -250,6 +254,7 @@ impl CheckpointCoordinator {
             checkpoint_id: self.next_id,
             timestamp_millis,
             snapshot_type: kind,
+            is_final: false,
         };
         self.next_id += 1;
         if kind == SnapshotType::Checkpoint {
@@ -266,6 +271,13 @@ impl CheckpointCoordinator {
             },
         );
         barrier
+    }
+
+    /// Marks pending checkpoint `id` as the job's final one.
+    pub fn mark_final(&mut self, id: u64) -> Option<CheckpointBarrier> {
+        let pending = self.pending.get_mut(&id)?;
+        pending.barrier.is_final = true;
+        Some(pending.barrier)
     }
 
     /// Takes an acknowledgement.
@@ -305,10 +317,16 @@ impl CheckpointCoordinator {
 
     /// Aborts checkpoint `id` (expired, declined, or failed to finalize). Returns it if it
     /// was pending. A failed checkpoint (not a savepoint) counts towards the tolerable
-    /// failures.
-    pub fn abort(&mut self, id: u64, reason: &str, now: Instant) -> Option<PendingCheckpoint> {
+    /// failures when `count_as_failure` (not when a newer checkpoint overtook it).
+    pub fn abort(
+        &mut self,
+        id: u64,
+        reason: &str,
+        count_as_failure: bool,
+        now: Instant,
+    ) -> Option<PendingCheckpoint> {
         let pending = self.pending.remove(&id)?;
-        if pending.barrier.snapshot_type == SnapshotType::Checkpoint {
+        if count_as_failure && pending.barrier.snapshot_type == SnapshotType::Checkpoint {
             self.consecutive_failures += 1;
         }
         self.history
@@ -515,10 +533,10 @@ mod tests {
         start(&mut c, t0, &[task(0, 0)]);
         assert!(c.expired(t0 + 999 * MS).is_empty());
         assert_eq!(c.expired(t0 + 1000 * MS), vec![1]);
-        c.abort(1, "expired", t0 + 1000 * MS).unwrap();
+        c.abort(1, "expired", true, t0 + 1000 * MS).unwrap();
         assert!(!c.failures_exceed_tolerance());
         start(&mut c, t0 + 1100 * MS, &[task(0, 0)]);
-        c.abort(2, "declined", t0 + 1200 * MS).unwrap();
+        c.abort(2, "declined", true, t0 + 1200 * MS).unwrap();
         assert!(c.failures_exceed_tolerance());
         assert_eq!(c.history().failed, 2);
         assert!(matches!(
@@ -561,7 +579,7 @@ mod tests {
             "sp".into(),
         );
         assert_eq!(b.snapshot_type, SnapshotType::Savepoint);
-        c.abort(1, "declined", t0 + 20 * MS);
+        c.abort(1, "declined", true, t0 + 20 * MS);
         assert_eq!(c.consecutive_failures(), 0);
         assert_eq!(c.next_due(), Some(t0 + 100 * MS));
     }

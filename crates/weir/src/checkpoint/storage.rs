@@ -83,6 +83,9 @@ pub trait CheckpointStorage: Send + Sync {
     fn read_metadata(&self, location: &str) -> Result<CheckpointMetadata, StorageError>;
     /// Checkpoints (not savepoints) of this job, by ascending id.
     fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError>;
+    /// The highest id of any checkpoint or savepoint location of this job (0 if none), so
+    /// that new ids never reuse one.
+    fn max_id(&self) -> Result<u64, StorageError>;
     /// Removes a location and everything in it.
     fn discard(&self, location: &str) -> Result<(), StorageError>;
 }
@@ -128,6 +131,10 @@ fn location_name(id: u64, kind: SnapshotType) -> String {
 
 fn parse_checkpoint_dir(name: &str) -> Option<u64> {
     name.strip_prefix("chk-")?.parse().ok()
+}
+
+fn parse_any_location(name: &str) -> Option<u64> {
+    parse_checkpoint_dir(name).or_else(|| name.strip_prefix("savepoint-")?.parse().ok())
 }
 
 fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
@@ -193,7 +200,8 @@ impl CheckpointStorage for FsCheckpointStorage {
 
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
         let dir = self.job_dir.join(location_name(id, kind));
-        fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+        // `create_dir`, not `create_dir_all`: an existing location is never reused.
+        fs::create_dir(&dir).map_err(io("create directory", &dir))?;
         Ok(dir.display().to_string())
     }
 
@@ -276,6 +284,17 @@ impl CheckpointStorage for FsCheckpointStorage {
         Ok(found)
     }
 
+    fn max_id(&self) -> Result<u64, StorageError> {
+        let mut max = 0;
+        for entry in fs::read_dir(&self.job_dir).map_err(io("list", &self.job_dir))? {
+            let entry = entry.map_err(io("list", &self.job_dir))?;
+            if let Some(id) = parse_any_location(&entry.file_name().to_string_lossy()) {
+                max = max.max(id);
+            }
+        }
+        Ok(max)
+    }
+
     fn discard(&self, location: &str) -> Result<(), StorageError> {
         let dir = Path::new(location);
         match fs::remove_dir_all(dir) {
@@ -326,7 +345,15 @@ impl CheckpointStorage for MemoryCheckpointStorage {
 
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
         let location = self.location(id, kind);
-        self.files().insert(format!("{location}/"), Vec::new());
+        let mut files = self.files();
+        if files.contains_key(&format!("{location}/")) {
+            return Err(StorageError::Io {
+                action: "create directory",
+                path: location,
+                source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            });
+        }
+        files.insert(format!("{location}/"), Vec::new());
         Ok(location)
     }
 
@@ -408,6 +435,16 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         Ok(found)
     }
 
+    fn max_id(&self) -> Result<u64, StorageError> {
+        let prefix = format!("{}/", self.root);
+        Ok(self
+            .files()
+            .keys()
+            .filter_map(|k| parse_any_location(k.strip_prefix(&prefix)?.strip_suffix('/')?))
+            .max()
+            .unwrap_or(0))
+    }
+
     fn discard(&self, location: &str) -> Result<(), StorageError> {
         let prefix = format!("{location}/");
         self.files().retain(|k, _| !k.starts_with(&prefix));
@@ -433,6 +470,11 @@ mod tests {
         let loc1 = storage.init_location(1, SnapshotType::Checkpoint).unwrap();
         let loc2 = storage.init_location(2, SnapshotType::Checkpoint).unwrap();
         storage.init_location(3, SnapshotType::Savepoint).unwrap();
+        assert!(
+            storage.init_location(3, SnapshotType::Savepoint).is_err(),
+            "never reused"
+        );
+        assert_eq!(storage.max_id().unwrap(), 3);
         storage.write_file(&loc1, "a.keyed", b"0123456789").unwrap();
         assert_eq!(storage.read_range(&loc1, "a.keyed", 2, 3).unwrap(), b"234");
         assert!(matches!(

@@ -68,11 +68,28 @@ struct Attempt {
     stop_savepoint: Option<u64>,
     stopped_with: Option<String>,
     cancelled: bool,
+    /// Set once the tasks are being cancelled or stopped.
+    stopping: bool,
+    /// Source subtasks, and those that have read all their input.
+    source_tasks: BTreeSet<SubtaskRef>,
+    sources_at_end: BTreeSet<SubtaskRef>,
+    /// The final checkpoint, once triggered.
+    final_checkpoint: Option<u64>,
 }
 
 impl Attempt {
     fn cancel_tasks(&mut self) {
+        self.stopping = true;
         drop(self.cancel.take());
+    }
+
+    /// Asks every task to stop after the messages already sent to it (stop-with-savepoint:
+    /// the savepoint's completion notice is delivered first).
+    fn stop_tasks(&mut self) {
+        self.stopping = true;
+        for control in self.task_controls.values() {
+            let _ = control.send(TaskControl::Stop);
+        }
     }
 
     fn notify(&self, notification: CheckpointNotification) {
@@ -98,7 +115,7 @@ impl Attempt {
     }
 
     fn is_stopping(&self) -> bool {
-        self.cancel.is_none()
+        self.stopping
     }
 }
 
@@ -131,9 +148,7 @@ impl JobMaster {
         };
         let mut first_id = 1;
         if let Some(storage) = &storage {
-            if let Some(last) = storage.list_checkpoints()?.last() {
-                first_id = last.id + 1;
-            }
+            first_id = storage.max_id()? + 1;
         }
         let initial = match (&config.restore, &storage) {
             (Some(settings), Some(storage)) => {
@@ -218,6 +233,7 @@ impl JobMaster {
                     }
                 }
             };
+            self.fail_pending("the job has ended");
             self.clean_up(status);
             return Ok(self.summarize(status, started.elapsed(), metrics, savepoint));
         }
@@ -228,7 +244,7 @@ impl JobMaster {
     /// error.
     fn latest_restore_point(&mut self) -> Result<Option<RestorePoint>, WeirError> {
         let Some(storage) = self.storage.clone() else {
-            return Ok(self.initial.clone());
+            return self.initial_unless_bad();
         };
         let candidates: Vec<(u64, String)> = self
             .completed
@@ -268,7 +284,18 @@ impl JobMaster {
                 ),
             });
         }
-        Ok(self.initial.clone())
+        self.initial_unless_bad()
+    }
+
+    /// The restore point the job was started with, unless it proved corrupt.
+    fn initial_unless_bad(&self) -> Result<Option<RestorePoint>, WeirError> {
+        match &self.initial {
+            Some(point) if self.bad.contains(&point.checkpoint_id) => Err(WeirError::Restore {
+                checkpoint_id: point.checkpoint_id,
+                reason: format!("the restore point `{}` is corrupt", point.location),
+            }),
+            other => Ok(other.clone()),
+        }
     }
 
     fn fail_pending(&mut self, reason: &str) {
@@ -373,6 +400,10 @@ impl JobMaster {
             stop_savepoint: None,
             stopped_with: None,
             cancelled: false,
+            stopping: false,
+            source_tasks: BTreeSet::new(),
+            sources_at_end: BTreeSet::new(),
+            final_checkpoint: None,
         };
         let spawn_error =
             |what: String| move |source| DeployError::Other(WeirError::Spawn { what, source });
@@ -397,11 +428,15 @@ impl JobMaster {
             }
         }
         let mode = self.job.config.checkpoint.mode;
+        let checkpointing = self.job.config.checkpoint.interval.is_some();
         for (task, name, body) in deployment.tasks {
             let (control_tx, control) = crossbeam_channel::unbounded();
             attempt.task_controls.insert(task, control_tx);
             attempt.names.insert(task, name.clone());
             attempt.running.insert(task);
+            if self.job.plan.job_graph.vertices[task.vertex.index()].is_source {
+                attempt.source_tasks.insert(task);
+            }
             let env = TaskEnvironment {
                 task,
                 task_name: name.clone(),
@@ -409,7 +444,9 @@ impl JobMaster {
                 events: events_tx.clone(),
                 storage: self.storage.clone(),
                 mode,
+                checkpointing,
                 cancel: cancel.clone(),
+                snapshot_threads: std::cell::RefCell::new(Vec::new()),
             };
             let handle = std::thread::Builder::new()
                 .name(name.clone())
@@ -436,7 +473,11 @@ impl JobMaster {
         self.coordinator.reset_timer(Instant::now());
         while !attempt.running.is_empty() {
             let now = Instant::now();
-            let wake = [self.coordinator.next_due(), self.coordinator.next_expiry()]
+            // A due checkpoint that cannot start must not make this loop spin.
+            let may_trigger =
+                self.may_trigger_periodic(&attempt) && self.coordinator.has_capacity();
+            let due = self.coordinator.next_due().filter(|_| may_trigger);
+            let wake = [due, self.coordinator.next_expiry()]
                 .into_iter()
                 .flatten()
                 .min()
@@ -458,6 +499,10 @@ impl JobMaster {
             }
             self.on_timers(&mut attempt);
         }
+        // Source coordinators serve until their attempt ends; release them, then join.
+        attempt.coordinator_controls.clear();
+        attempt.task_controls.clear();
+        attempt.cancel_tasks();
         for thread in std::mem::take(&mut attempt.threads) {
             let _ = thread.join();
         }
@@ -558,13 +603,24 @@ impl JobMaster {
                 task,
                 checkpoint_id,
                 reason,
+                subsumed,
             } => {
                 let name = attempt.names.get(&task).cloned().unwrap_or_default();
                 self.abort_checkpoint(
                     checkpoint_id,
                     &format!("declined by {name}: {reason}"),
+                    !subsumed,
                     attempt,
                 );
+            }
+            TaskEvent::EndOfInput { task } => {
+                attempt.sources_at_end.insert(task);
+                if attempt.sources_at_end == attempt.source_tasks
+                    && attempt.final_checkpoint.is_none()
+                    && !attempt.is_stopping()
+                {
+                    self.trigger_final(attempt);
+                }
             }
         }
     }
@@ -625,6 +681,13 @@ impl JobMaster {
         }
     }
 
+    /// Whether periodic checkpoints may be triggered in this attempt.
+    fn may_trigger_periodic(&self, attempt: &Attempt) -> bool {
+        !attempt.is_stopping()
+            && !attempt.checkpoints_disabled
+            && attempt.final_checkpoint.is_none()
+    }
+
     fn on_timers(&mut self, attempt: &mut Attempt) {
         if attempt.is_stopping() {
             return;
@@ -632,9 +695,9 @@ impl JobMaster {
         let now = Instant::now();
         for id in self.coordinator.expired(now) {
             let timeout = self.job.config.checkpoint.timeout;
-            self.abort_checkpoint(id, &format!("expired after {timeout:?}"), attempt);
+            self.abort_checkpoint(id, &format!("expired after {timeout:?}"), true, attempt);
         }
-        if !attempt.checkpoints_disabled && self.coordinator.should_trigger(now) {
+        if self.may_trigger_periodic(attempt) && self.coordinator.should_trigger(now) {
             if let Err(e) = self.trigger(SnapshotType::Checkpoint, attempt) {
                 tracing::warn!(error = %e, "cannot trigger checkpoint");
             }
@@ -642,6 +705,23 @@ impl JobMaster {
     }
 
     fn trigger(&mut self, kind: SnapshotType, attempt: &Attempt) -> Result<u64, WeirError> {
+        if attempt.final_checkpoint.is_some() {
+            return Err(WeirError::InvalidRequest(
+                "the job has read all its input and is finishing; no more checkpoints can be taken"
+                    .into(),
+            ));
+        }
+        self.start_checkpoint(kind, attempt, false)
+    }
+
+    /// Starts a checkpoint or savepoint: the coordinator's bookkeeping, then the trigger to
+    /// every source coordinator.
+    fn start_checkpoint(
+        &mut self,
+        kind: SnapshotType,
+        attempt: &Attempt,
+        is_final: bool,
+    ) -> Result<u64, WeirError> {
         let Some(storage) = self.storage.clone() else {
             return Err(WeirError::InvalidRequest(
                 "checkpointing is not enabled: set a checkpoint interval to take checkpoints or savepoints".into(),
@@ -655,14 +735,17 @@ impl JobMaster {
         }
         let id = self.coordinator.next_id();
         let location = storage.init_location(id, kind)?;
-        let barrier = self.coordinator.start(
+        let mut barrier = self.coordinator.start(
             Instant::now(),
             now_millis(),
             kind,
             attempt.participants(),
             location,
         );
-        tracing::debug!(checkpoint = id, ?kind, "triggering");
+        if is_final {
+            barrier = self.coordinator.mark_final(id).unwrap_or(barrier);
+        }
+        tracing::debug!(checkpoint = id, ?kind, is_final, "triggering");
         for (_, control) in &attempt.coordinator_controls {
             let _ = control.send(CoordinatorControl::Trigger(barrier));
         }
@@ -675,8 +758,17 @@ impl JobMaster {
         }
     }
 
-    fn abort_checkpoint(&mut self, id: u64, reason: &str, attempt: &mut Attempt) {
-        let Some(pending) = self.coordinator.abort(id, reason, Instant::now()) else {
+    fn abort_checkpoint(
+        &mut self,
+        id: u64,
+        reason: &str,
+        count_as_failure: bool,
+        attempt: &mut Attempt,
+    ) {
+        let Some(pending) = self
+            .coordinator
+            .abort(id, reason, count_as_failure, Instant::now())
+        else {
             return;
         };
         tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
@@ -684,6 +776,39 @@ impl JobMaster {
         self.discard(&pending.location);
         self.answer_savepoint(id, Err(reason.to_string()), attempt);
         self.check_tolerance(reason, attempt);
+        self.check_final(id, reason, attempt);
+    }
+
+    /// The final checkpoint failed: the sinks' last transactions cannot be committed, so the
+    /// job fails and recovers from its latest completed checkpoint.
+    fn check_final(&mut self, id: u64, reason: &str, attempt: &mut Attempt) {
+        if attempt.final_checkpoint == Some(id) && attempt.job_error.is_none() {
+            attempt.job_error = Some(WeirError::InvalidRequest(format!(
+                "the final checkpoint {id} of job `{}` failed: {reason}",
+                self.job_name()
+            )));
+            attempt.cancel_tasks();
+        }
+    }
+
+    /// Every source has read all its input: take the final checkpoint, after which the
+    /// sources end and every task finishes once it completes.
+    fn trigger_final(&mut self, attempt: &mut Attempt) {
+        if self.storage.is_none() || self.job.config.checkpoint.interval.is_none() {
+            return;
+        }
+        match self.start_checkpoint(SnapshotType::Checkpoint, attempt, true) {
+            Ok(id) => {
+                tracing::info!(job = %self.job_name(), checkpoint = id, "all input read; taking the final checkpoint");
+                attempt.final_checkpoint = Some(id);
+            }
+            Err(e) => {
+                attempt.job_error = Some(WeirError::InvalidRequest(format!(
+                    "cannot take the final checkpoint: {e}"
+                )));
+                attempt.cancel_tasks();
+            }
+        }
     }
 
     fn check_tolerance(&mut self, reason: &str, attempt: &mut Attempt) {
@@ -708,7 +833,10 @@ impl JobMaster {
             if let Ok(location) = result {
                 tracing::info!(job = %self.job_name(), savepoint = %location, "stopping job after savepoint");
                 attempt.stopped_with = Some(location);
-                attempt.cancel_tasks();
+                // Tasks see the savepoint's completion notice first, then stop: sinks commit
+                // what the savepoint covers (Flink's synchronous savepoint).
+                attempt.notify(CheckpointNotification::Complete(id));
+                attempt.stop_tasks();
             }
         }
     }
@@ -739,6 +867,7 @@ impl JobMaster {
             self.discard(&pending.location);
             self.answer_savepoint(id, Err(reason.clone()), attempt);
             self.check_tolerance(&reason, attempt);
+            self.check_final(id, &reason, attempt);
             return;
         }
         for subsumed in self.coordinator.completed(&pending, now) {
@@ -753,9 +882,9 @@ impl JobMaster {
         if let Some(stats) = self.coordinator.history().recent.back() {
             tracing::info!(job = %graph.job_name, "{stats}");
         }
-        attempt.notify(CheckpointNotification::Complete(id));
         match pending.barrier.snapshot_type {
             SnapshotType::Checkpoint => {
+                attempt.notify(CheckpointNotification::Complete(id));
                 self.completed.push_back((id, pending.location.clone()));
                 while self.completed.len() > self.job.config.checkpoint.retained as usize {
                     if let Some((_, location)) = self.completed.pop_front() {
@@ -763,6 +892,9 @@ impl JobMaster {
                     }
                 }
             }
+            // A savepoint has no side effects (as in Flink since 1.15): its transactions stay
+            // pending and are committed with the next checkpoint, unless this is a
+            // stop-with-savepoint, which notifies before stopping.
             SnapshotType::Savepoint => {
                 self.answer_savepoint(id, Ok(pending.location.clone()), attempt)
             }

@@ -8,7 +8,7 @@ use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::input_gate::{GateNext, InputGate};
 use crate::runtime::output::{OperatorMetrics, Output};
-use crate::runtime::snapshot::{checkpoint_chain, CheckpointNotification};
+use crate::runtime::snapshot::{await_final_checkpoint, checkpoint_chain, CheckpointNotification};
 use crate::runtime::stream_element::{StreamElement, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
 
@@ -22,6 +22,8 @@ pub struct OneInputStreamTask<T> {
     buffer_timeout: Duration,
     /// Checkpoint whose first barrier arrived, and when.
     first_barrier: Option<(u64, Instant)>,
+    /// The job's final checkpoint, once this task has taken it.
+    final_checkpoint: Option<u64>,
 }
 
 impl<T: Record> OneInputStreamTask<T> {
@@ -32,6 +34,7 @@ impl<T: Record> OneInputStreamTask<T> {
             head,
             buffer_timeout,
             first_barrier: None,
+            final_checkpoint: None,
         }
     }
 
@@ -50,6 +53,9 @@ impl<T: Record> OneInputStreamTask<T> {
                         _ => Duration::ZERO,
                     };
                     checkpoint_chain(&mut *self.head, Vec::new(), barrier, env, alignment)?;
+                    if barrier.is_final {
+                        self.final_checkpoint = Some(barrier.checkpoint_id);
+                    }
                 }
                 BarrierAction::Abort(checkpoint_id) => {
                     self.gate.unblock_all();
@@ -58,6 +64,7 @@ impl<T: Record> OneInputStreamTask<T> {
                         task: env.task,
                         checkpoint_id,
                         reason: "a newer checkpoint's barrier arrived during alignment".into(),
+                        subsumed: true,
                     });
                 }
             }
@@ -80,6 +87,7 @@ impl<T: Record> OneInputStreamTask<T> {
                 }
                 self.head.notify_checkpoint(notification)
             }
+            TaskControl::Stop => Err(TaskError::Cancelled),
         }
     }
 
@@ -98,6 +106,10 @@ impl<T: Record> OneInputStreamTask<T> {
                 self.apply(actions, env)?;
                 if self.gate.is_finished() {
                     self.head.emit_event(&StreamEvent::EndOfStream)?;
+                    if let Some(final_id) = self.final_checkpoint {
+                        let head = &mut self.head;
+                        await_final_checkpoint(env, final_id, |n| head.notify_checkpoint(n))?;
+                    }
                     return Ok(true);
                 }
                 Ok(false)

@@ -43,6 +43,33 @@ pub struct RestoredOperatorState {
     pub lists: Vec<ListStateEntry>,
 }
 
+/// After the final checkpoint's barrier and end-of-stream went downstream, waits until that
+/// checkpoint completes, passing every notification to `on_notification` (the chain commits
+/// its last transactions on the completion notice).
+pub fn await_final_checkpoint(
+    env: &TaskEnvironment,
+    final_id: u64,
+    mut on_notification: impl FnMut(CheckpointNotification) -> Result<(), TaskError>,
+) -> Result<(), TaskError> {
+    loop {
+        crossbeam_channel::select! {
+            recv(env.control) -> message => match message {
+                Ok(crate::runtime::task::TaskControl::Notify(notification)) => {
+                    on_notification(notification)?;
+                    match notification {
+                        CheckpointNotification::Complete(id) if id >= final_id => return Ok(()),
+                        // The job manager fails the job; it is restored from its last checkpoint.
+                        CheckpointNotification::Aborted(id) if id == final_id => return Err(TaskError::Cancelled),
+                        _ => {}
+                    }
+                }
+                Ok(crate::runtime::task::TaskControl::Stop) | Err(_) => return Err(TaskError::Cancelled),
+            },
+            recv(env.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_millis() -> u64 {
     std::time::SystemTime::now()
@@ -108,6 +135,7 @@ pub fn checkpoint_chain<T>(
                     task,
                     checkpoint_id: id,
                     reason,
+                    subsumed: false,
                 },
             };
             // The job manager may have moved on (job cancelled); the ack is then moot.

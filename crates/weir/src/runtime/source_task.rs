@@ -23,7 +23,9 @@ use crate::graph::ids::NodeId;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
 use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics, Output};
-use crate::runtime::snapshot::{checkpoint_chain, CheckpointNotification, OperatorSnapshot};
+use crate::runtime::snapshot::{
+    await_final_checkpoint, checkpoint_chain, CheckpointNotification, OperatorSnapshot,
+};
 use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
 use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
@@ -128,6 +130,33 @@ impl<S: Source> SourceTask<S> {
                 }
                 self.output.notify_checkpoint(notification)
             }
+            TaskControl::Stop => Err(TaskError::Cancelled),
+        }
+    }
+
+    /// All input is read: tells the job manager, then keeps taking checkpoints until the
+    /// final one, whose id it returns.
+    fn await_final_trigger(&mut self, env: &TaskEnvironment) -> Result<u64, TaskError> {
+        let _ = env.events.send(TaskEvent::EndOfInput { task: env.task });
+        loop {
+            select! {
+                recv(self.endpoint.messages) -> message => {
+                    match message.map_err(|_| coordinator_gone(env))? {
+                        ReaderMessage::Trigger(barrier) => {
+                            self.checkpoint(barrier, env)?;
+                            if barrier.is_final {
+                                return Ok(barrier.checkpoint_id);
+                            }
+                        }
+                        other => self.on_message(other, env)?,
+                    }
+                }
+                recv(env.control) -> control => match control {
+                    Ok(control) => self.on_control(control)?,
+                    Err(_) => return Err(TaskError::Cancelled),
+                },
+                recv(env.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
+            }
         }
     }
 
@@ -228,7 +257,21 @@ impl<S: Source> Invokable for SourceTask<S> {
                 InputStatus::EndOfInput => break,
             }
         }
-        self.output.emit_event(&StreamEvent::EndOfStream)
+        if !env.checkpointing() {
+            return self.output.emit_event(&StreamEvent::EndOfStream);
+        }
+        // Flink's FLIP-147: the task ends only after a final checkpoint covering all its
+        // output has completed, so its last transactions are committed exactly once.
+        let final_id = self.await_final_trigger(env)?;
+        self.output.emit_event(&StreamEvent::EndOfStream)?;
+        let (reader, output, name) = (&mut self.reader, &mut self.output, &self.name);
+        await_final_checkpoint(env, final_id, |n| {
+            if let CheckpointNotification::Complete(id) = n {
+                call_user(name, || reader.notify_checkpoint_complete(id))?
+                    .map_err(|e| user_error(name, e))?;
+            }
+            output.notify_checkpoint(n)
+        })
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
@@ -310,13 +353,14 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
     ) -> Result<(), TaskError> {
         self.call(|e, ctx| e.start(ctx))?;
         let tick = self.enumerator.tick_interval();
+        let mut inbox = self.inbox.clone();
         let mut next_tick = tick.map(|t| Instant::now() + t);
         loop {
             let wait = next_tick.map_or(Duration::from_secs(3600), |t| {
                 t.saturating_duration_since(Instant::now())
             });
             select! {
-                recv(self.inbox) -> event => match event {
+                recv(inbox) -> event => match event {
                     Ok(ReaderEvent::Registered(subtask)) => self.call(|e, ctx| {
                         ctx.register(subtask);
                         e.add_reader(subtask, ctx)
@@ -324,7 +368,8 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
                     Ok(ReaderEvent::SplitRequest(subtask)) => {
                         self.call(|e, ctx| e.handle_split_request(subtask, ctx))?
                     }
-                    Err(_) => return Ok(()),
+                    // Every reader has ended; keep serving checkpoints until the attempt ends.
+                    Err(_) => inbox = crossbeam_channel::never(),
                 },
                 recv(control) -> message => match message {
                     Ok(CoordinatorControl::Trigger(barrier)) => self.trigger(barrier, &events)?,
@@ -332,7 +377,7 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
                         self.call(|e, _| e.notify_checkpoint_complete(id))?
                     }
                     Ok(CoordinatorControl::Notify(CheckpointNotification::Aborted(_))) => {}
-                    Err(_) => return Err(TaskError::Cancelled),
+                    Err(_) => return Ok(()),
                 },
                 recv(self.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
                 default(wait) => {

@@ -21,6 +21,9 @@ pub struct CheckpointBarrier {
     pub timestamp_millis: u64,
     /// Checkpoint or savepoint.
     pub snapshot_type: SnapshotType,
+    /// The job's final checkpoint: every source has read all its input and ends right after
+    /// it; tasks finish once it completes (Flink's FLIP-147).
+    pub is_final: bool,
 }
 
 /// An event that travels in-band, ordered with the records of its channel.

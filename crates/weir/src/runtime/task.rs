@@ -40,8 +40,21 @@ pub struct TaskEnvironment {
     pub storage: Option<Arc<dyn CheckpointStorage>>,
     /// Barrier alignment mode.
     pub mode: CheckpointingMode,
+    /// Whether periodic checkpoints are taken.
+    pub checkpointing: bool,
     /// The job's cancellation signal.
     pub cancel: CancelToken,
+    /// Snapshot threads started by this task; joined before the task reports its end, so
+    /// that its acknowledgements always arrive before its end.
+    pub snapshot_threads: std::cell::RefCell<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl TaskEnvironment {
+    /// Whether periodic checkpointing is on (sinks then commit only on checkpoint completion,
+    /// and the job ends with a final checkpoint).
+    pub fn checkpointing(&self) -> bool {
+        self.checkpointing
+    }
 }
 
 /// A message from the job manager to a task.
@@ -49,6 +62,8 @@ pub struct TaskEnvironment {
 pub enum TaskControl {
     /// A checkpoint completed or was aborted.
     Notify(CheckpointNotification),
+    /// Stop now (after the messages sent before this one): stop-with-savepoint.
+    Stop,
 }
 
 /// What an operator knows of the subtask it runs in.
@@ -126,6 +141,13 @@ pub enum TaskEvent {
         checkpoint_id: u64,
         /// Why.
         reason: String,
+        /// Whether a newer checkpoint overtook it (not a failure of checkpointing).
+        subsumed: bool,
+    },
+    /// A source has read all its input and waits for the final checkpoint.
+    EndOfInput {
+        /// Which subtask.
+        task: SubtaskRef,
     },
 }
 
@@ -134,6 +156,9 @@ pub enum TaskEvent {
 pub fn run_task(mut body: Box<dyn Invokable>, env: TaskEnvironment) {
     let task = env.task;
     let outcome = catch_unwind(AssertUnwindSafe(|| body.invoke(&env)));
+    for thread in env.snapshot_threads.borrow_mut().drain(..) {
+        let _ = thread.join();
+    }
     let mut metrics = Vec::new();
     body.report_metrics(&mut metrics);
     let event = match outcome {

@@ -71,6 +71,7 @@ pub fn committed<T: Clone>(store: &CommittedStore<T>) -> Vec<T> {
 
 pub struct CommittingWriter<T> {
     store: CommittedStore<T>,
+    checkpointing: bool,
     /// Unique id of this writer instance, so transactions of different runs never collide.
     writer_id: u32,
     current: Vec<T>,
@@ -98,9 +99,10 @@ impl<T: Record> CommittingWriter<T> {
 
 impl<T: Record> Sink<T> for CommittingSink<T> {
     type Writer = CommittingWriter<T>;
-    fn create_writer(&self, _context: &RuntimeContext) -> Result<CommittingWriter<T>, BoxError> {
+    fn create_writer(&self, context: &RuntimeContext) -> Result<CommittingWriter<T>, BoxError> {
         Ok(CommittingWriter {
             store: self.store.clone(),
+            checkpointing: context.is_checkpointing(),
             writer_id: NEXT_WRITER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
             current: Vec::new(),
             pending: Vec::new(),
@@ -114,7 +116,8 @@ impl<T: Record> SinkWriter<T> for CommittingWriter<T> {
         Ok(())
     }
     fn flush(&mut self, end_of_input: bool) -> Result<(), BoxError> {
-        if end_of_input {
+        // With checkpoints, the final checkpoint commits the last records.
+        if end_of_input && !self.checkpointing {
             let records = std::mem::take(&mut self.current);
             self.pending.push((self.writer_id, u64::MAX, records));
             self.commit(u64::MAX);

@@ -1,0 +1,178 @@
+//! Exactly-once output through two-phase commit (Flink's `TwoPhaseCommitSinkFunction`).
+//!
+//! Each subtask writes into a transaction. At a checkpoint barrier the transaction is
+//! pre-committed (flushed, durable, invisible), stored in the checkpoint, and a new one
+//! begins; when the checkpoint completes, every pre-committed transaction up to it is
+//! committed. A lost completion notice is covered by the next one, and by recovery: a restored
+//! job commits every transaction its checkpoint holds (commits are idempotent) and aborts
+//! what the failed run left open. Pre-committed transactions travel as union list state, so
+//! after a rescale every subtask knows them all and none of them is mistaken for a leftover.
+
+use std::fmt::Debug;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::api::functions::{FunctionStateContext, RuntimeContext};
+use crate::connectors::sink::{Sink, SinkWriter};
+use crate::error::BoxError;
+
+/// A transactional external system, seen from one sink subtask.
+pub trait TwoPhaseCommitSink<T>: Send + 'static {
+    /// A transaction's durable handle (file names, a transaction id…), stored in checkpoints.
+    type Transaction: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
+
+    /// Called once at start, after restored transactions were committed or aborted: abort
+    /// anything this sink's subtask left open that `known` does not name.
+    fn abort_lingering(
+        &mut self,
+        context: &RuntimeContext,
+        known: &[Self::Transaction],
+    ) -> Result<(), BoxError>;
+    /// Starts a transaction.
+    fn begin_transaction(
+        &mut self,
+        context: &RuntimeContext,
+    ) -> Result<Self::Transaction, BoxError>;
+    /// Writes one record into `transaction`.
+    fn write(&mut self, transaction: &mut Self::Transaction, record: T) -> Result<(), BoxError>;
+    /// Makes `transaction` durable but invisible.
+    fn pre_commit(&mut self, transaction: &mut Self::Transaction) -> Result<(), BoxError>;
+    /// Makes a pre-committed `transaction` visible. Must be idempotent: it may be called again
+    /// for a transaction already committed (after a crash, or by another subtask).
+    fn commit(&mut self, transaction: &Self::Transaction) -> Result<(), BoxError>;
+    /// Discards `transaction` (idempotent as well).
+    fn abort(&mut self, transaction: &Self::Transaction) -> Result<(), BoxError>;
+}
+
+/// A [`Sink`] from a [`TwoPhaseCommitSink`]; each subtask gets a clone of it.
+#[derive(Debug, Clone)]
+pub struct TwoPhaseCommit<S>(pub S);
+
+/// A pre-committed transaction and the checkpoint it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Pending<X> {
+    checkpoint_id: u64,
+    transaction: X,
+}
+
+const PENDING_STATE: &str = "two-phase-commit-pending";
+const OPEN_STATE: &str = "two-phase-commit-open";
+
+/// The writer of one [`TwoPhaseCommit`] subtask.
+pub struct TwoPhaseCommitWriter<T, S: TwoPhaseCommitSink<T>> {
+    sink: S,
+    context: RuntimeContext,
+    current: Option<S::Transaction>,
+    pending: Vec<Pending<S::Transaction>>,
+}
+
+impl<T: Send + 'static, S: TwoPhaseCommitSink<T> + Clone> Sink<T> for TwoPhaseCommit<S> {
+    type Writer = TwoPhaseCommitWriter<T, S>;
+    fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
+        Ok(TwoPhaseCommitWriter {
+            sink: self.0.clone(),
+            context: context.clone(),
+            current: None,
+            pending: Vec::new(),
+        })
+    }
+}
+
+impl<T, S: TwoPhaseCommitSink<T>> TwoPhaseCommitWriter<T, S> {
+    /// Commits every pending transaction of checkpoints up to `checkpoint_id`, oldest first.
+    fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
+        self.pending.sort_by_key(|p| p.checkpoint_id);
+        while self
+            .pending
+            .first()
+            .is_some_and(|p| p.checkpoint_id <= checkpoint_id)
+        {
+            let p = self.pending.remove(0);
+            self.sink.commit(&p.transaction)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseCommitWriter<T, S> {
+    fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let restored: Vec<Pending<S::Transaction>> =
+            ctx.operator_state().get_union_list(PENDING_STATE)?;
+        let open: Vec<S::Transaction> = ctx.operator_state().get_union_list(OPEN_STATE)?;
+        // Everything pre-committed in a completed checkpoint is committed now: this covers
+        // completion notices lost in the crash.
+        for p in &restored {
+            self.sink.commit(&p.transaction)?;
+        }
+        for transaction in &open {
+            self.sink.abort(transaction)?;
+        }
+        let known: Vec<S::Transaction> = restored
+            .into_iter()
+            .map(|p| p.transaction)
+            .chain(open)
+            .collect();
+        self.sink.abort_lingering(&self.context, &known)?;
+        ctx.operator_state()
+            .update_union_list::<Pending<S::Transaction>>(PENDING_STATE, &[])?;
+        ctx.operator_state()
+            .update_union_list::<S::Transaction>(OPEN_STATE, &[])?;
+        self.current = Some(self.sink.begin_transaction(&self.context)?);
+        Ok(())
+    }
+
+    fn write(&mut self, record: T) -> Result<(), BoxError> {
+        if self.current.is_none() {
+            self.current = Some(self.sink.begin_transaction(&self.context)?);
+        }
+        match self.current.as_mut() {
+            Some(transaction) => self.sink.write(transaction, record),
+            None => Err("no open transaction".into()),
+        }
+    }
+
+    fn flush(&mut self, end_of_input: bool) -> Result<(), BoxError> {
+        if !end_of_input {
+            return Ok(());
+        }
+        if self.context.is_checkpointing() {
+            // The final checkpoint's barrier came just before the end of input, so the open
+            // transaction is empty; what is pending commits when that checkpoint completes.
+            if let Some(transaction) = self.current.take() {
+                self.sink.abort(&transaction)?;
+            }
+            return Ok(());
+        }
+        // Without checkpoints nothing is replayed: commit everything now.
+        if let Some(mut transaction) = self.current.take() {
+            self.sink.pre_commit(&mut transaction)?;
+            self.sink.commit(&transaction)?;
+        }
+        self.commit_up_to(u64::MAX)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let checkpoint_id = ctx
+            .checkpoint_id()
+            .ok_or("snapshot without a checkpoint id")?;
+        if let Some(mut transaction) = self.current.take() {
+            self.sink.pre_commit(&mut transaction)?;
+            self.pending.push(Pending {
+                checkpoint_id,
+                transaction,
+            });
+        }
+        let next = self.sink.begin_transaction(&self.context)?;
+        ctx.operator_state()
+            .update_union_list(PENDING_STATE, &self.pending)?;
+        ctx.operator_state()
+            .update_union_list(OPEN_STATE, std::slice::from_ref(&next))?;
+        self.current = Some(next);
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
+        self.commit_up_to(checkpoint_id)
+    }
+}
