@@ -13,3 +13,5 @@ pub mod sink;
 pub mod source;
 pub mod static_enumerator;
 pub mod two_phase_commit;
+pub mod upsert_sink;
+pub mod write_ahead_log;

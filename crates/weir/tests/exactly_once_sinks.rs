@@ -1,0 +1,181 @@
+//! The three ways to exactly-once output under injected failures: the two-phase-commit file
+//! sink, the write-ahead-log sink, and idempotent upserts.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{diff, mix, multiset};
+use weir::connectors::file_sink::{committed_files, FileSink, RollingPolicy};
+use weir::connectors::generator::GeneratorSource;
+use weir::connectors::sink::Sink;
+use weir::connectors::upsert_sink::{UpsertSink, UpsertStore};
+use weir::connectors::write_ahead_log::{FileBatchCommitter, WriteAheadLog};
+use weir::{
+    BoxError, CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
+    StreamExecutionEnvironment,
+};
+
+const RECORDS: u64 = 12_000;
+
+fn key_of(i: u64) -> u64 {
+    mix(i) % 41
+}
+
+fn config() -> ExecutionConfig {
+    ExecutionConfig::default()
+        .with_parallelism(2)
+        .with_buffer_size(64)
+        .with_buffer_timeout(Duration::from_millis(5))
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(30))
+                .with_storage(CheckpointStorageConfig::Memory),
+        )
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 5,
+            delay: Duration::ZERO,
+        })
+}
+
+/// Rolling counts as "key,count" lines; the expected lines of an uninterrupted run.
+fn expected_lines() -> HashMap<String, usize> {
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let lines: Vec<String> = (0..RECORDS)
+        .map(|i| {
+            let c = counts.entry(key_of(i)).or_insert(0);
+            *c += 1;
+            format!("{},{}", key_of(i), c)
+        })
+        .collect();
+    multiset(&lines)
+}
+
+/// Runs the keyed count into `sink` with two injected failures.
+fn run_into<S: Sink<String>>(sink: S) -> weir::JobExecutionResult {
+    let env = StreamExecutionEnvironment::new(config()).unwrap();
+    let failures = Arc::new([(2_000u64, AtomicBool::new(false)), (5_000, AtomicBool::new(false))]);
+    env.from_source(GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0), "numbers")
+        .map(move |i: u64| {
+            for (at, done) in failures.iter() {
+                if i == *at && !done.swap(true, Ordering::SeqCst) {
+                    panic!("injected failure at {i}");
+                }
+            }
+            i
+        })
+        .key_by(|i: &u64| key_of(*i))
+        .count()
+        .map(|(k, n): (u64, u64)| format!("{k},{n}"))
+        .sink_to(sink, "output");
+    let result = env.execute("exactly once").unwrap();
+    assert_eq!(result.restarts, 2);
+    result
+}
+
+fn committed_lines(dir: &Path) -> Vec<String> {
+    committed_files(dir)
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn hidden_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+#[test]
+fn two_phase_commit_file_sink_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FileSink::<String>::lines(dir.path())
+        .with_rolling_policy(RollingPolicy {
+            max_part_size: Some(4 * 1024),
+            rollover_interval: None,
+        })
+        .build();
+    run_into(sink);
+    if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(dir.path()))) {
+        panic!("{d}");
+    }
+    assert!(hidden_files(dir.path()).is_empty(), "left behind: {:?}", hidden_files(dir.path()));
+    assert!(committed_files(dir.path()).unwrap().len() > 4, "rolled by size and at checkpoints");
+}
+
+#[test]
+fn readers_never_see_partial_or_uncommitted_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_path_buf();
+    let watcher = std::thread::spawn(move || {
+        let mut seen: HashMap<std::path::PathBuf, String> = HashMap::new();
+        for _ in 0..200 {
+            if let Ok(files) = committed_files(&out) {
+                for f in files {
+                    let Ok(text) = std::fs::read_to_string(&f) else { continue };
+                    assert!(text.is_empty() || text.ends_with('\n'), "partial file {}", f.display());
+                    if let Some(before) = seen.insert(f.clone(), text.clone()) {
+                        assert_eq!(before, text, "committed file {} changed", f.display());
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        seen.len()
+    });
+    run_into(FileSink::<String>::lines(dir.path()).build());
+    assert!(watcher.join().unwrap() > 0, "the watcher saw committed files while the job ran");
+}
+
+#[test]
+fn write_ahead_log_sink_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    run_into(WriteAheadLog(FileBatchCommitter::<String>::lines(dir.path())));
+    if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(dir.path()))) {
+        panic!("{d}");
+    }
+    assert!(hidden_files(dir.path()).is_empty());
+}
+
+/// A table in memory, standing in for a database with a primary key.
+#[derive(Clone, Default)]
+struct Table(Arc<Mutex<HashMap<u64, u64>>>);
+
+impl UpsertStore<u64, u64> for Table {
+    fn upsert(&mut self, rows: Vec<(u64, u64)>) -> Result<(), BoxError> {
+        let mut table = self.0.lock().map_err(|_| "poisoned")?;
+        for (k, v) in rows {
+            table.insert(k, v);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn upserts_make_replays_idempotent() {
+    let table = Table::default();
+    let sink = UpsertSink::new(table.clone(), |line: &String| {
+        let (k, n) = line.split_once(',').unwrap_or(("0", "0"));
+        (k.parse().unwrap_or(0), n.parse().unwrap_or(0))
+    });
+    run_into(sink);
+    let mut truth: HashMap<u64, u64> = HashMap::new();
+    for i in 0..RECORDS {
+        *truth.entry(key_of(i)).or_insert(0) += 1;
+    }
+    assert_eq!(*table.0.lock().unwrap(), truth);
+}
