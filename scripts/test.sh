@@ -16,6 +16,10 @@ if ! command -v cargo >/dev/null 2>&1; then
         exit 1
     fi
 fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+fi
 for component in rustfmt clippy; do
     if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
         log "installing rust component $component"
@@ -28,7 +32,11 @@ log "format check"
 cargo fmt --all -- --check
 log "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-log "smoke run of the main example"
+log "smoke run of the main example (census, with its injected failure and recovery)"
+cargo run --locked -q -p weir-examples --bin census -- --quiet --work-dir target/census-smoke \
+    --rate 40000 --checkpoint-interval-ms 200 2>/dev/null
 cargo run --locked -q -p weir-examples --bin page_view_count -- --records 200000 --pages 500 | tail -n 1
-log "tests"
-cargo test --workspace --locked
+log "documentation tests"
+cargo test --workspace --locked --doc
+log "tests (nextest: every test in its own process, hung tests killed)"
+cargo nextest run --workspace --locked

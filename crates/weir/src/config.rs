@@ -52,6 +52,9 @@ pub struct ExecutionConfig {
     pub restart_strategy: Option<RestartStrategyConfig>,
     /// Start from a savepoint or retained checkpoint.
     pub restore: Option<RestoreSettings>,
+    /// Start from the job's latest retained checkpoint in its checkpoint storage, if there
+    /// is one — how a job resumes after its process died. An explicit `restore` wins.
+    pub resume_from_latest_checkpoint: bool,
 }
 
 impl Default for ExecutionConfig {
@@ -68,6 +71,7 @@ impl Default for ExecutionConfig {
             checkpoint: CheckpointConfig::default(),
             restart_strategy: None,
             restore: None,
+            resume_from_latest_checkpoint: false,
         }
     }
 }
@@ -120,6 +124,12 @@ impl ExecutionConfig {
             path: path.into(),
             allow_non_restored_state,
         });
+        self
+    }
+
+    /// Resumes from the job's latest retained checkpoint when one exists.
+    pub fn with_resume_from_latest_checkpoint(mut self, resume: bool) -> Self {
+        self.resume_from_latest_checkpoint = resume;
         self
     }
 

@@ -58,20 +58,26 @@ fn expected_lines() -> HashMap<String, usize> {
 /// Runs the keyed count into `sink` with two injected failures.
 fn run_into<S: Sink<String>>(sink: S) -> weir::JobExecutionResult {
     let env = StreamExecutionEnvironment::new(config()).unwrap();
-    let failures = Arc::new([(2_000u64, AtomicBool::new(false)), (5_000, AtomicBool::new(false))]);
-    env.from_source(GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0), "numbers")
-        .map(move |i: u64| {
-            for (at, done) in failures.iter() {
-                if i == *at && !done.swap(true, Ordering::SeqCst) {
-                    panic!("injected failure at {i}");
-                }
+    let failures = Arc::new([
+        (2_000u64, AtomicBool::new(false)),
+        (5_000, AtomicBool::new(false)),
+    ]);
+    env.from_source(
+        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+        "numbers",
+    )
+    .map(move |i: u64| {
+        for (at, done) in failures.iter() {
+            if i == *at && !done.swap(true, Ordering::SeqCst) {
+                panic!("injected failure at {i}");
             }
-            i
-        })
-        .key_by(|i: &u64| key_of(*i))
-        .count()
-        .map(|(k, n): (u64, u64)| format!("{k},{n}"))
-        .sink_to(sink, "output");
+        }
+        i
+    })
+    .key_by(|i: &u64| key_of(*i))
+    .count()
+    .map(|(k, n): (u64, u64)| format!("{k},{n}"))
+    .sink_to(sink, "output");
     let result = env.execute("exactly once").unwrap();
     assert_eq!(result.restarts, 2);
     result
@@ -113,8 +119,15 @@ fn two_phase_commit_file_sink_is_exactly_once() {
     if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(dir.path()))) {
         panic!("{d}");
     }
-    assert!(hidden_files(dir.path()).is_empty(), "left behind: {:?}", hidden_files(dir.path()));
-    assert!(committed_files(dir.path()).unwrap().len() > 4, "rolled by size and at checkpoints");
+    assert!(
+        hidden_files(dir.path()).is_empty(),
+        "left behind: {:?}",
+        hidden_files(dir.path())
+    );
+    assert!(
+        committed_files(dir.path()).unwrap().len() > 4,
+        "rolled by size and at checkpoints"
+    );
 }
 
 #[test]
@@ -126,8 +139,14 @@ fn readers_never_see_partial_or_uncommitted_files() {
         for _ in 0..200 {
             if let Ok(files) = committed_files(&out) {
                 for f in files {
-                    let Ok(text) = std::fs::read_to_string(&f) else { continue };
-                    assert!(text.is_empty() || text.ends_with('\n'), "partial file {}", f.display());
+                    let Ok(text) = std::fs::read_to_string(&f) else {
+                        continue;
+                    };
+                    assert!(
+                        text.is_empty() || text.ends_with('\n'),
+                        "partial file {}",
+                        f.display()
+                    );
                     if let Some(before) = seen.insert(f.clone(), text.clone()) {
                         assert_eq!(before, text, "committed file {} changed", f.display());
                     }
@@ -138,13 +157,18 @@ fn readers_never_see_partial_or_uncommitted_files() {
         seen.len()
     });
     run_into(FileSink::<String>::lines(dir.path()).build());
-    assert!(watcher.join().unwrap() > 0, "the watcher saw committed files while the job ran");
+    assert!(
+        watcher.join().unwrap() > 0,
+        "the watcher saw committed files while the job ran"
+    );
 }
 
 #[test]
 fn write_ahead_log_sink_is_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    run_into(WriteAheadLog(FileBatchCommitter::<String>::lines(dir.path())));
+    run_into(WriteAheadLog(FileBatchCommitter::<String>::lines(
+        dir.path(),
+    )));
     if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(dir.path()))) {
         panic!("{d}");
     }

@@ -88,7 +88,15 @@ pub trait CheckpointStorage: Send + Sync {
     fn max_id(&self) -> Result<u64, StorageError>;
     /// Removes a location and everything in it.
     fn discard(&self, location: &str) -> Result<(), StorageError>;
+    /// Records (`true`) or clears (`false`) that the job ran to its end, so that resuming it
+    /// does not run it again.
+    fn set_finished(&self, finished: bool) -> Result<(), StorageError>;
+    /// Whether the job ran to its end.
+    fn is_finished(&self) -> Result<bool, StorageError>;
 }
+
+/// Name of the marker a finished job leaves in its directory.
+const FINISHED_MARKER: &str = "_finished";
 
 /// Creates the storage configured for `job_name`.
 pub fn create_storage(
@@ -295,6 +303,24 @@ impl CheckpointStorage for FsCheckpointStorage {
         Ok(max)
     }
 
+    fn set_finished(&self, finished: bool) -> Result<(), StorageError> {
+        let path = self.job_dir.join(FINISHED_MARKER);
+        if finished {
+            fs::write(&path, b"finished\n").map_err(io("write", &path))?;
+            fsync_dir(&self.job_dir)
+        } else {
+            match fs::remove_file(&path) {
+                Ok(()) => fsync_dir(&self.job_dir),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io("remove", &path)(e)),
+            }
+        }
+    }
+
+    fn is_finished(&self) -> Result<bool, StorageError> {
+        Ok(self.job_dir.join(FINISHED_MARKER).exists())
+    }
+
     fn discard(&self, location: &str) -> Result<(), StorageError> {
         let dir = Path::new(location);
         match fs::remove_dir_all(dir) {
@@ -443,6 +469,22 @@ impl CheckpointStorage for MemoryCheckpointStorage {
             .filter_map(|k| parse_any_location(k.strip_prefix(&prefix)?.strip_suffix('/')?))
             .max()
             .unwrap_or(0))
+    }
+
+    fn set_finished(&self, finished: bool) -> Result<(), StorageError> {
+        let key = format!("{}/{FINISHED_MARKER}", self.root);
+        if finished {
+            self.files().insert(key, Vec::new());
+        } else {
+            self.files().remove(&key);
+        }
+        Ok(())
+    }
+
+    fn is_finished(&self) -> Result<bool, StorageError> {
+        Ok(self
+            .files()
+            .contains_key(&format!("{}/{FINISHED_MARKER}", self.root)))
     }
 
     fn discard(&self, location: &str) -> Result<(), StorageError> {

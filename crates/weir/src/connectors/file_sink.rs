@@ -341,11 +341,13 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for FileSinkCore<T> {
                 Ok(()) => {}
                 // Committed already (a retried commit, or another subtask after a rescale).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && committed.exists() => {}
-                Err(e) => return Err(format!(
+                Err(e) => {
+                    return Err(format!(
                     "file sink: cannot commit `{}` (neither pending nor committed any more): {e}",
                     pending.display()
                 )
-                .into()),
+                    .into())
+                }
             }
         }
         if !transaction.parts.is_empty() {

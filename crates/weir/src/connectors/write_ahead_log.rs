@@ -64,7 +64,11 @@ impl<T: Record, C: BatchCommitter<T> + Clone> Sink<T> for WriteAheadLog<C> {
 impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
     fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
         self.pending.sort_by_key(|(id, _)| *id);
-        while self.pending.first().is_some_and(|(id, _)| id.checkpoint_id <= checkpoint_id) {
+        while self
+            .pending
+            .first()
+            .is_some_and(|(id, _)| id.checkpoint_id <= checkpoint_id)
+        {
             let (id, records) = self.pending.remove(0);
             self.committer.commit_batch(id, &records)?;
         }
@@ -98,13 +102,16 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
     }
 
     fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
-        let checkpoint_id = ctx.checkpoint_id().ok_or("snapshot without a checkpoint id")?;
+        let checkpoint_id = ctx
+            .checkpoint_id()
+            .ok_or("snapshot without a checkpoint id")?;
         let id = BatchId {
             subtask: self.context.subtask_index(),
             checkpoint_id,
         };
         self.pending.push((id, std::mem::take(&mut self.current)));
-        ctx.operator_state().update_list(PENDING_STATE, &self.pending)?;
+        ctx.operator_state()
+            .update_list(PENDING_STATE, &self.pending)?;
         Ok(())
     }
 
@@ -169,23 +176,29 @@ impl<T: Send + 'static> BatchCommitter<T> for FileBatchCommitter<T> {
         let name = if id.checkpoint_id == u64::MAX {
             format!("{}-{}-final{}", self.prefix, id.subtask, self.suffix)
         } else {
-            format!("{}-{}-{:020}{}", self.prefix, id.subtask, id.checkpoint_id, self.suffix)
+            format!(
+                "{}-{}-{:020}{}",
+                self.prefix, id.subtask, id.checkpoint_id, self.suffix
+            )
         };
         let target = self.dir.join(&name);
         if target.exists() {
             return Ok(());
         }
-        fs::create_dir_all(&self.dir).map_err(|e| format!("WAL sink: cannot create `{}`: {e}", self.dir.display()))?;
+        fs::create_dir_all(&self.dir)
+            .map_err(|e| format!("WAL sink: cannot create `{}`: {e}", self.dir.display()))?;
         let mut bytes = Vec::new();
         for record in records {
             (self.encoder)(record, &mut bytes)?;
         }
         let temp = self.dir.join(format!(".{name}.tmp"));
-        let mut file = fs::File::create(&temp).map_err(|e| format!("WAL sink: cannot create `{}`: {e}", temp.display()))?;
+        let mut file = fs::File::create(&temp)
+            .map_err(|e| format!("WAL sink: cannot create `{}`: {e}", temp.display()))?;
         file.write_all(&bytes)
             .and_then(|()| file.sync_all())
             .map_err(|e| format!("WAL sink: cannot write `{}`: {e}", temp.display()))?;
-        fs::rename(&temp, &target).map_err(|e| format!("WAL sink: cannot commit `{}`: {e}", target.display()))?;
+        fs::rename(&temp, &target)
+            .map_err(|e| format!("WAL sink: cannot commit `{}`: {e}", target.display()))?;
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| format!("WAL sink: cannot fsync `{}`: {e}", self.dir.display()))?;

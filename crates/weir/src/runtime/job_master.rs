@@ -133,6 +133,8 @@ pub struct JobMaster {
     initial: Option<RestorePoint>,
     savepoint_waiters: HashMap<u64, Sender<Result<String, WeirError>>>,
     restored_from: Vec<u64>,
+    /// Resuming a job that already ran to its end: there is nothing to do.
+    already_finished: bool,
 }
 
 impl JobMaster {
@@ -140,7 +142,9 @@ impl JobMaster {
     pub fn new(job: JobDefinition, commands: Receiver<JobCommand>) -> Result<Self, WeirError> {
         let config = &job.config;
         let job_name = job.plan.stream_graph.job_name.clone();
-        let needs_storage = config.checkpoint.interval.is_some() || config.restore.is_some();
+        let needs_storage = config.checkpoint.interval.is_some()
+            || config.restore.is_some()
+            || config.resume_from_latest_checkpoint;
         let storage = if needs_storage {
             Some(create_storage(&config.checkpoint.storage, &job_name)?)
         } else {
@@ -149,6 +153,19 @@ impl JobMaster {
         let mut first_id = 1;
         if let Some(storage) = &storage {
             first_id = storage.max_id()? + 1;
+        }
+        let mut already_finished = false;
+        if let Some(storage) = &storage {
+            if config.resume_from_latest_checkpoint
+                && config.restore.is_none()
+                && storage.is_finished()?
+            {
+                tracing::info!(storage = %storage.describe(), "the job already ran to its end; nothing to resume");
+                already_finished = true;
+            } else {
+                // A new run (or one resuming unfinished work) may finish again later.
+                storage.set_finished(false)?;
+            }
         }
         let initial = match (&config.restore, &storage) {
             (Some(settings), Some(storage)) => {
@@ -170,8 +187,14 @@ impl JobMaster {
                     assignment,
                 })
             }
+            (None, Some(storage)) if config.resume_from_latest_checkpoint => {
+                Self::latest_retained(storage.as_ref(), &job)?
+            }
             _ => None,
         };
+        if let Some(point) = &initial {
+            first_id = first_id.max(point.checkpoint_id + 1);
+        }
         let now = Instant::now();
         let seed = now_millis();
         Ok(Self {
@@ -185,7 +208,50 @@ impl JobMaster {
             initial,
             savepoint_waiters: HashMap::new(),
             restored_from: Vec::new(),
+            already_finished,
         })
+    }
+
+    /// The newest checkpoint in storage whose metadata verifies (older ones are tried when
+    /// the newest is corrupt); `None` when the job has no checkpoint.
+    fn latest_retained(
+        storage: &dyn CheckpointStorage,
+        job: &JobDefinition,
+    ) -> Result<Option<RestorePoint>, WeirError> {
+        let stored: Vec<_> = storage
+            .list_checkpoints()?
+            .into_iter()
+            .filter(|c| c.has_metadata)
+            .collect();
+        let found = stored.len();
+        for checkpoint in stored.into_iter().rev() {
+            match storage.read_metadata(&checkpoint.location) {
+                Ok(metadata) => {
+                    let assignment = assign_state(&metadata, &job.plan.stream_graph, false)
+                        .map_err(|e| WeirError::Restore {
+                            checkpoint_id: checkpoint.id,
+                            reason: e.to_string(),
+                        })?;
+                    tracing::info!(checkpoint = checkpoint.id, location = %checkpoint.location,
+                        "resuming from the latest retained checkpoint");
+                    return Ok(Some(RestorePoint {
+                        checkpoint_id: checkpoint.id,
+                        location: checkpoint.location,
+                        assignment,
+                    }));
+                }
+                Err(e) => tracing::warn!(checkpoint = checkpoint.id, error = %e,
+                    "retained checkpoint is unreadable; trying the previous one"),
+            }
+        }
+        if found > 0 {
+            return Err(WeirError::Restore {
+                checkpoint_id: 0,
+                reason: format!("all {found} retained checkpoints are corrupt; refusing to start from empty state"),
+            });
+        }
+        tracing::info!(storage = %storage.describe(), "no retained checkpoint: starting fresh");
+        Ok(None)
     }
 
     fn job_name(&self) -> &str {
@@ -196,6 +262,9 @@ impl JobMaster {
     /// cancelled, or fails for good.
     pub fn run(mut self) -> Result<JobExecutionResult, WeirError> {
         let started = Instant::now();
+        if self.already_finished {
+            return Ok(self.summarize(JobStatus::Finished, started.elapsed(), Vec::new(), None));
+        }
         let mut restore = self.initial.clone();
         loop {
             let end = match self.run_attempt(restore.as_ref()) {
@@ -331,6 +400,21 @@ impl JobMaster {
         if discard {
             for (_, location) in std::mem::take(&mut self.completed) {
                 self.discard(&location);
+            }
+            // Checkpoints of earlier runs of this job (one this run resumed from) describe
+            // work now complete: resuming from them would replay it. The marker makes a
+            // later resume a no-op instead of a re-run.
+            if let Some(storage) = self.storage.clone() {
+                if status == JobStatus::Finished {
+                    if let Err(e) = storage.set_finished(true) {
+                        tracing::warn!(error = %e, "cannot record that the job finished");
+                    }
+                }
+                if let Ok(stored) = storage.list_checkpoints() {
+                    for checkpoint in stored {
+                        self.discard(&checkpoint.location);
+                    }
+                }
             }
         }
         if let (true, CheckpointStorageConfig::FileSystem(_), Some(storage)) =

@@ -24,6 +24,8 @@ pub struct OneInputStreamTask<T> {
     first_barrier: Option<(u64, Instant)>,
     /// The job's final checkpoint, once this task has taken it.
     final_checkpoint: Option<u64>,
+    /// Highest checkpoint whose completion this task has been told of.
+    completed_up_to: u64,
 }
 
 impl<T: Record> OneInputStreamTask<T> {
@@ -35,6 +37,7 @@ impl<T: Record> OneInputStreamTask<T> {
             buffer_timeout,
             first_barrier: None,
             final_checkpoint: None,
+            completed_up_to: 0,
         }
     }
 
@@ -79,10 +82,15 @@ impl<T: Record> OneInputStreamTask<T> {
     ) -> Result<(), TaskError> {
         match control {
             TaskControl::Notify(notification) => {
-                if let CheckpointNotification::Aborted(id) = notification {
-                    if handler.on_abort(id) {
-                        self.gate.unblock_all();
-                        self.first_barrier = None;
+                match notification {
+                    CheckpointNotification::Aborted(id) => {
+                        if handler.on_abort(id) {
+                            self.gate.unblock_all();
+                            self.first_barrier = None;
+                        }
+                    }
+                    CheckpointNotification::Complete(id) => {
+                        self.completed_up_to = self.completed_up_to.max(id);
                     }
                 }
                 self.head.notify_checkpoint(notification)
@@ -106,7 +114,10 @@ impl<T: Record> OneInputStreamTask<T> {
                 self.apply(actions, env)?;
                 if self.gate.is_finished() {
                     self.head.emit_event(&StreamEvent::EndOfStream)?;
-                    if let Some(final_id) = self.final_checkpoint {
+                    // The completion notice may have come before the end of the input.
+                    if let Some(final_id) =
+                        self.final_checkpoint.filter(|f| *f > self.completed_up_to)
+                    {
                         let head = &mut self.head;
                         await_final_checkpoint(env, final_id, |n| head.notify_checkpoint(n))?;
                     }

@@ -1,0 +1,361 @@
+//! The census job: average working hours per education and income class, exactly once.
+//!
+//! Census-style CSV rows are read by the file source, keyed by (education, income class),
+//! aggregated with keyed `AggregatingState` (count and total hours), and written by the
+//! transactional file sink: one line `education,income,count,total_hours` per input row — a
+//! running aggregate — committed only when the checkpoint covering it completes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use weir::connectors::file_sink::{committed_files, FileSink, FileSinkCore, FileTransaction};
+use weir::connectors::file_source::{list_files, FileSource};
+use weir::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
+use weir::connectors::write_ahead_log::{
+    BatchCommitter, BatchId, FileBatchCommitter, WriteAheadLog,
+};
+use weir::{
+    AggregateFunction, AggregatingState, BoxError, CheckpointConfig, CheckpointStorageConfig,
+    Collector, ExecutionConfig, JobExecutionResult, KeyedContext, KeyedProcessFunction,
+    RestartStrategyConfig, RetentionOnCancel, RuntimeContext, StreamExecutionEnvironment,
+};
+
+/// One row of the data set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CensusRow {
+    /// Age in years.
+    pub age: u32,
+    /// Employer kind.
+    pub workclass: String,
+    /// Highest education.
+    pub education: String,
+    /// Occupation.
+    pub occupation: String,
+    /// Usual weekly working hours.
+    pub hours_per_week: u32,
+    /// Income class, `<=50K` or `>50K`.
+    pub income: String,
+}
+
+/// Count and total hours.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HoursAggregate;
+
+impl AggregateFunction<u32, (u64, u64), (u64, u64)> for HoursAggregate {
+    fn create_accumulator(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    fn add(&self, hours: u32, acc: &mut (u64, u64)) {
+        acc.0 += 1;
+        acc.1 += u64::from(hours);
+    }
+    fn get_result(&self, acc: &(u64, u64)) -> (u64, u64) {
+        *acc
+    }
+}
+
+/// Emits `education,income,count,total_hours` for each row, from keyed aggregating state.
+#[derive(Clone)]
+pub struct HoursByClass {
+    totals: AggregatingState<u32, (u64, u64), (u64, u64), HoursAggregate>,
+}
+
+impl Default for HoursByClass {
+    fn default() -> Self {
+        Self {
+            totals: AggregatingState::new("hours", HoursAggregate),
+        }
+    }
+}
+
+type ClassKey = (String, String);
+
+impl KeyedProcessFunction<ClassKey, CensusRow, String> for HoursByClass {
+    fn process_element(
+        &mut self,
+        row: CensusRow,
+        ctx: &mut KeyedContext<'_, ClassKey>,
+        out: &mut Collector<'_, String>,
+    ) -> Result<(), BoxError> {
+        self.totals.add(ctx, row.hours_per_week)?;
+        let (count, hours) = self.totals.get(ctx)?.unwrap_or((0, 0));
+        let (education, income) = ctx.current_key();
+        out.collect(format!("{education},{income},{count},{hours}"));
+        Ok(())
+    }
+}
+
+/// A file sink that can pause before each commit, to let process-kill tests land in the
+/// window between a checkpoint's completion and its commit.
+#[derive(Clone)]
+pub struct SlowCommitFileSink {
+    inner: FileSinkCore<String>,
+    delay: Duration,
+}
+
+impl TwoPhaseCommitSink<String> for SlowCommitFileSink {
+    type Transaction = FileTransaction;
+    fn abort_lingering(
+        &mut self,
+        context: &RuntimeContext,
+        known: &[FileTransaction],
+    ) -> Result<(), BoxError> {
+        self.inner.abort_lingering(context, known)
+    }
+    fn begin_transaction(&mut self, context: &RuntimeContext) -> Result<FileTransaction, BoxError> {
+        self.inner.begin_transaction(context)
+    }
+    fn write(&mut self, transaction: &mut FileTransaction, record: String) -> Result<(), BoxError> {
+        self.inner.write(transaction, record)
+    }
+    fn pre_commit(&mut self, transaction: &mut FileTransaction) -> Result<(), BoxError> {
+        self.inner.pre_commit(transaction)
+    }
+    fn commit(&mut self, transaction: &FileTransaction) -> Result<(), BoxError> {
+        if !transaction.parts.is_empty() && !self.delay.is_zero() {
+            eprintln!("census: committing transaction {}", transaction.token);
+            std::thread::sleep(self.delay);
+        }
+        self.inner.commit(transaction)
+    }
+    fn abort(&mut self, transaction: &FileTransaction) -> Result<(), BoxError> {
+        self.inner.abort(transaction)
+    }
+}
+
+/// Which exactly-once sink the job writes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// The two-phase-commit file sink.
+    TwoPhaseCommit,
+    /// The write-ahead-log sink committing one file per checkpoint.
+    WriteAheadLog,
+}
+
+/// A batch committer that can pause before each batch (for process-kill tests).
+#[derive(Clone)]
+pub struct SlowBatchCommitter {
+    inner: FileBatchCommitter<String>,
+    delay: Duration,
+}
+
+impl BatchCommitter<String> for SlowBatchCommitter {
+    fn commit_batch(&mut self, id: BatchId, records: &[String]) -> Result<(), BoxError> {
+        if !self.delay.is_zero() {
+            eprintln!(
+                "census: committing batch {}/{}",
+                id.subtask, id.checkpoint_id
+            );
+            std::thread::sleep(self.delay);
+        }
+        self.inner.commit_batch(id, records)
+    }
+}
+
+/// How to run the census job.
+#[derive(Debug, Clone)]
+pub struct CensusOptions {
+    /// The sink.
+    pub sink: SinkKind,
+    /// Directory of the CSV files.
+    pub data: PathBuf,
+    /// Output directory of the file sink.
+    pub output: PathBuf,
+    /// Checkpoint directory.
+    pub checkpoints: PathBuf,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Rows per second read (all files together).
+    pub rate: f64,
+    /// Fail once when this many rows have been read (`None`: no injected failure).
+    pub fail_after_rows: Option<u64>,
+    /// Resume from the latest retained checkpoint (after a crash of the process).
+    pub resume: bool,
+    /// Pause before each commit (for process-kill tests).
+    pub commit_delay: Option<Duration>,
+    /// Checkpoint interval.
+    pub checkpoint_interval: Duration,
+}
+
+impl CensusOptions {
+    /// Defaults: the shipped data, outputs under `target/`, 2 subtasks, one failure midway.
+    pub fn new(data: PathBuf, work_dir: &Path) -> Self {
+        Self {
+            sink: SinkKind::TwoPhaseCommit,
+            data,
+            output: work_dir.join("output"),
+            checkpoints: work_dir.join("checkpoints"),
+            parallelism: 2,
+            rate: 8_000.0,
+            fail_after_rows: Some(10_000),
+            resume: false,
+            commit_delay: None,
+            checkpoint_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The CSV files of the data directory.
+pub fn csv_glob(data: &Path) -> String {
+    format!("{}/*.csv", data.display())
+}
+
+/// The job's name (and its checkpoint directory's).
+pub const JOB_NAME: &str = "census";
+
+/// Builds the census job in an environment configured from `options`.
+pub fn build(options: &CensusOptions) -> Result<StreamExecutionEnvironment> {
+    let config = ExecutionConfig::default()
+        .with_parallelism(options.parallelism)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(options.checkpoint_interval)
+                .with_retained(2)
+                .with_retention_on_cancel(RetentionOnCancel::Retain)
+                .with_storage(CheckpointStorageConfig::FileSystem(
+                    options.checkpoints.clone(),
+                )),
+        )
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 3,
+            delay: Duration::from_millis(200),
+        })
+        .with_resume_from_latest_checkpoint(options.resume);
+    let env = StreamExecutionEnvironment::new(config).context("invalid configuration")?;
+    let rows_read = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let fail_after = options.fail_after_rows;
+    let delay = options.commit_delay.unwrap_or(Duration::ZERO);
+    let stream = env
+        .from_source(
+            FileSource::<CensusRow>::csv(csv_glob(&options.data)).with_rate_limit(options.rate),
+            "census rows",
+        )
+        .uid("census-rows")
+        .map(move |row: CensusRow| {
+            let n = rows_read.fetch_add(1, Ordering::SeqCst) + 1;
+            if fail_after == Some(n) && !failed.swap(true, Ordering::SeqCst) {
+                panic!("injected failure after {n} rows, to show recovery");
+            }
+            row
+        })
+        .name("fault injector")
+        .key_by(|row: &CensusRow| (row.education.clone(), row.income.clone()))
+        .process(HoursByClass::default())
+        .name("hours by class")
+        .uid("hours-by-class");
+    match options.sink {
+        SinkKind::TwoPhaseCommit => {
+            let TwoPhaseCommit(inner) = FileSink::<String>::lines(&options.output)
+                .with_suffix(".csv")
+                .build();
+            stream
+                .sink_to(
+                    TwoPhaseCommit(SlowCommitFileSink { inner, delay }),
+                    "committed files",
+                )
+                .uid("committed-files");
+        }
+        SinkKind::WriteAheadLog => {
+            let inner = FileBatchCommitter::<String>::lines(&options.output).with_suffix(".csv");
+            stream
+                .sink_to(
+                    WriteAheadLog(SlowBatchCommitter { inner, delay }),
+                    "write-ahead log",
+                )
+                .uid("write-ahead-log");
+        }
+    }
+    Ok(env)
+}
+
+/// Runs the job to its end.
+pub fn run(options: &CensusOptions) -> Result<JobExecutionResult> {
+    let env = build(options)?;
+    Ok(env.execute(JOB_NAME)?)
+}
+
+/// Count and total hours per class, computed sequentially from the CSV files.
+pub fn expected_totals(data: &Path) -> Result<BTreeMap<ClassKey, (u64, u64)>> {
+    let mut totals: BTreeMap<ClassKey, (u64, u64)> = BTreeMap::new();
+    let files = list_files(&csv_glob(data)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for file in files {
+        let mut reader =
+            csv::Reader::from_path(&file).with_context(|| format!("reading {}", file.display()))?;
+        for row in reader.deserialize::<CensusRow>() {
+            let row = row.with_context(|| format!("decoding {}", file.display()))?;
+            let t = totals.entry((row.education, row.income)).or_default();
+            t.0 += 1;
+            t.1 += u64::from(row.hours_per_week);
+        }
+    }
+    Ok(totals)
+}
+
+/// What the committed output holds, checked against a sequential computation.
+#[derive(Debug, Clone)]
+pub struct Verification {
+    /// Committed lines (one per input row when exactly once).
+    pub committed_lines: u64,
+    /// Input rows.
+    pub input_rows: u64,
+    /// Final count and total hours per class, from the committed output.
+    pub finals: BTreeMap<ClassKey, (u64, u64)>,
+}
+
+/// Reads the committed output and checks that it is exactly what an uninterrupted run gives:
+/// one line per input row; per class, running counts 1..=n each exactly once; and final
+/// counts and total hours equal to a sequential computation.
+pub fn verify(output: &Path, data: &Path) -> Result<Verification> {
+    let expected = expected_totals(data)?;
+    let mut counts: BTreeMap<ClassKey, Vec<u64>> = BTreeMap::new();
+    let mut finals: BTreeMap<ClassKey, (u64, u64)> = BTreeMap::new();
+    let mut lines = 0u64;
+    for file in committed_files(output).with_context(|| format!("listing {}", output.display()))? {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for line in text.lines() {
+            lines += 1;
+            let fields: Vec<&str> = line.split(',').collect();
+            let [education, income, count, hours] = fields[..] else {
+                bail!("{}: malformed output line {line:?}", file.display());
+            };
+            let key = (education.to_string(), income.to_string());
+            let (count, hours): (u64, u64) = (count.parse()?, hours.parse()?);
+            counts.entry(key.clone()).or_default().push(count);
+            let f = finals.entry(key).or_default();
+            if count > f.0 {
+                *f = (count, hours);
+            }
+        }
+    }
+    let input_rows: u64 = expected.values().map(|t| t.0).sum();
+    for (key, seen) in &mut counts {
+        seen.sort_unstable();
+        let n = expected.get(key).map_or(0, |t| t.0);
+        if *seen != (1..=n).collect::<Vec<_>>() {
+            let distinct: BTreeSet<u64> = seen.iter().copied().collect();
+            bail!(
+                "class {key:?}: {} updates committed for {n} rows ({} distinct): records were lost or duplicated",
+                seen.len(),
+                distinct.len()
+            );
+        }
+    }
+    if finals != expected {
+        bail!("final totals differ from a sequential computation: got {finals:?}, expected {expected:?}");
+    }
+    if lines != input_rows {
+        bail!("{lines} lines committed for {input_rows} input rows");
+    }
+    Ok(Verification {
+        committed_lines: lines,
+        input_rows,
+        finals,
+    })
+}

@@ -1,0 +1,187 @@
+//! Process-level crash recovery: the census job runs as a child process and is killed with
+//! SIGKILL at random moments — at random times, right between a checkpoint's completion and
+//! its commit, and while it restores — then restarted with `--resume` until it finishes. The
+//! committed output must be exactly what an uninterrupted run gives, for both the
+//! two-phase-commit file sink and the write-ahead-log sink.
+//!
+//! Seeds: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n (default 3 per sink).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use weir_examples::census;
+
+fn seeds() -> Vec<u64> {
+    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![seed];
+    }
+    let n = std::env::var("WEIR_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    (1..=n).collect()
+}
+
+/// SplitMix64 stream.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
+}
+
+/// Waits for `child`, killing it and failing the test if it runs for over two minutes.
+fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: the job did not finish within two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn(work: &Path, sink: &str, resume: bool) -> (Child, mpsc::Receiver<String>) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_census"));
+    command
+        .arg("--work-dir")
+        .arg(work)
+        .args(["--quiet", "--sink", sink, "--fail-after-rows", "0"])
+        .args([
+            "--rate",
+            "25000",
+            "--checkpoint-interval-ms",
+            "80",
+            "--commit-delay-ms",
+            "40",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if resume {
+        command.arg("--resume");
+    }
+    let mut child = command.spawn().expect("cannot start the census job");
+    // Forward the child's stderr lines so the test can time kills against commits.
+    let (tx, rx) = mpsc::channel();
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || {
+            // Drain to the end even when nobody listens, or the child's writes would fail.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    (child, rx)
+}
+
+/// How a run is ended.
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    /// SIGKILL after a random time.
+    AfterMillis(u64),
+    /// SIGKILL as soon as a commit starts (after its checkpoint completed).
+    AtCommit,
+    /// SIGKILL shortly after a resumed start, while it restores.
+    DuringRestore(u64),
+}
+
+fn kill_test(sink: &str) {
+    for seed in seeds() {
+        let mut rng = Rng(seed * 7919 + u64::from(sink.as_bytes()[0]));
+        let work = tempfile::tempdir().unwrap();
+        let kills = 2 + rng.below(3);
+        let mut plan = Vec::new();
+        for k in 0..kills {
+            plan.push(match (k, rng.below(3)) {
+                (0, _) | (_, 0) => Kill::AfterMillis(50 + rng.below(700)),
+                (_, 1) => Kill::AtCommit,
+                _ => Kill::DuringRestore(rng.below(40)),
+            });
+        }
+        println!("sink {sink}, seed {seed}: kills {plan:?} (replay with WEIR_SEED={seed})");
+        for (run, kill) in plan.iter().enumerate() {
+            let (mut child, lines) = spawn(work.path(), sink, run > 0);
+            match kill {
+                Kill::AfterMillis(ms) | Kill::DuringRestore(ms) => {
+                    std::thread::sleep(Duration::from_millis(*ms))
+                }
+                Kill::AtCommit => {
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while std::time::Instant::now() < deadline {
+                        match lines.recv_timeout(Duration::from_millis(50)) {
+                            Ok(line) if line.contains("committing") => break,
+                            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                }
+            }
+            // SIGKILL: no cleanup, no flush, like a machine dying. (A run may have finished
+            // first; resuming it afterwards must then do nothing.)
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            println!("  run {run}: killed ({kill:?}), exit {status:?}");
+        }
+        let (mut child, lines) = spawn(work.path(), sink, true);
+        let status = wait_bounded(&mut child, &format!("sink {sink}, seed {seed}"));
+        let log: Vec<String> = lines.try_iter().collect();
+        assert!(
+            status.success(),
+            "sink {sink}, seed {seed}: final run failed: {status:?}\n{}",
+            log.join("\n")
+        );
+        let verification = census::verify(&work.path().join("output"), &data_dir())
+            .unwrap_or_else(|e| panic!("sink {sink}, seed {seed}: {e:#}"));
+        assert_eq!(verification.committed_lines, verification.input_rows);
+        let hidden: Vec<String> = std::fs::read_dir(work.path().join("output"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(
+            hidden.is_empty(),
+            "sink {sink}, seed {seed}: left behind {hidden:?}"
+        );
+    }
+}
+
+#[test]
+fn two_phase_commit_file_sink_survives_sigkill() {
+    kill_test("2pc");
+}
+
+#[test]
+fn write_ahead_log_sink_survives_sigkill() {
+    kill_test("wal");
+}
+
+#[test]
+fn resuming_a_finished_job_does_not_run_it_again() {
+    let work = tempfile::tempdir().unwrap();
+    for resume in [false, true] {
+        let (mut child, _) = spawn(work.path(), "2pc", resume);
+        assert!(wait_bounded(&mut child, "census").success());
+        let verification = census::verify(&work.path().join("output"), &data_dir()).unwrap();
+        assert_eq!(
+            verification.committed_lines, verification.input_rows,
+            "resume={resume}"
+        );
+    }
+}
