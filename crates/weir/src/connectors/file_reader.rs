@@ -4,11 +4,12 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use csv::ByteRecord;
 
 use crate::connectors::file_source::{Decoder, FileFormat, FileSplit, MalformedPolicy};
+use crate::connectors::rate_limiter::RateLimiter;
 use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
 use crate::error::BoxError;
 use crate::record::Record;
@@ -69,9 +70,7 @@ pub struct FileReader<T> {
     format: FileFormat,
     policy: MalformedPolicy,
     decoder: Decoder<T>,
-    rate: Option<f64>,
-    started: Option<Instant>,
-    emitted: u64,
+    limiter: RateLimiter,
     /// Assigned splits; the front one is being read and its position is kept current.
     splits: VecDeque<FileSplit>,
     open: Option<OpenFile>,
@@ -98,15 +97,13 @@ impl<T: Record> FileReader<T> {
         decoder: Decoder<T>,
         records_per_second: Option<f64>,
     ) -> Self {
-        let rate = records_per_second.map(|r| r / f64::from(context.parallelism().max(1)));
+        let limiter = RateLimiter::new(records_per_second, context.parallelism());
         Self {
             context,
             format,
             policy,
             decoder,
-            rate,
-            started: None,
-            emitted: 0,
+            limiter,
             splits: VecDeque::new(),
             open: None,
             requested: false,
@@ -120,15 +117,6 @@ impl<T: Record> FileReader<T> {
     /// Rows skipped as malformed so far.
     pub fn skipped(&self) -> u64 {
         self.skipped
-    }
-
-    fn allowed_now(&mut self) -> u64 {
-        let Some(rate) = self.rate else {
-            return RECORDS_PER_POLL;
-        };
-        let started = *self.started.get_or_insert_with(Instant::now);
-        let due = (started.elapsed().as_secs_f64() * rate) as u64 + 1;
-        due.saturating_sub(self.emitted).min(RECORDS_PER_POLL)
     }
 
     fn open_front(&mut self) -> Result<(), BoxError> {
@@ -253,7 +241,7 @@ impl<T: Record> SourceReader for FileReader<T> {
         if self.open.is_none() {
             self.open_front()?;
         }
-        let allowed = self.allowed_now();
+        let allowed = self.limiter.allowed(RECORDS_PER_POLL);
         if allowed == 0 {
             return Ok(InputStatus::NothingAvailable);
         }
@@ -281,7 +269,7 @@ impl<T: Record> SourceReader for FileReader<T> {
             match (self.decoder)(raw, &location) {
                 Ok(record) => {
                     output.collect(record);
-                    self.emitted += 1;
+                    self.limiter.record(1);
                 }
                 Err(reason) => match self.policy {
                     MalformedPolicy::Fail => {
@@ -304,14 +292,7 @@ impl<T: Record> SourceReader for FileReader<T> {
     }
 
     fn poll_delay(&self) -> Duration {
-        match (self.rate, self.started) {
-            (Some(rate), Some(started)) => {
-                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
-                due.saturating_sub(started.elapsed())
-                    .clamp(Duration::from_micros(50), Duration::from_millis(100))
-            }
-            _ => Duration::from_millis(5),
-        }
+        self.limiter.delay(Duration::from_millis(5))
     }
 
     fn add_splits(&mut self, splits: Vec<FileSplit>) -> Result<(), BoxError> {

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::connectors::rate_limiter::RateLimiter;
 use crate::connectors::source::{
     Boundedness, InputStatus, Source, SourceReader, SourceReaderContext, SourceSplit,
 };
@@ -118,18 +119,14 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
                 return Err(format!("rate limit must be a positive number, got {rate}").into());
             }
         }
-        let rate = self
-            .records_per_second
-            .map(|r| r / f64::from(context.parallelism()));
+        let limiter = RateLimiter::new(self.records_per_second, context.parallelism());
         Ok(GeneratorReader {
             f: self.f.clone(),
             splits: VecDeque::new(),
             no_more_splits: false,
             requested: false,
             context,
-            rate,
-            started: None,
-            emitted: 0,
+            limiter,
             _record: PhantomData,
         })
     }
@@ -142,23 +139,8 @@ pub struct GeneratorReader<T, F> {
     no_more_splits: bool,
     requested: bool,
     context: SourceReaderContext,
-    /// Records per second for this reader.
-    rate: Option<f64>,
-    started: Option<Instant>,
-    emitted: u64,
+    limiter: RateLimiter,
     _record: PhantomData<fn() -> T>,
-}
-
-impl<T, F> GeneratorReader<T, F> {
-    /// How many records the rate limit allows now.
-    fn allowed_now(&mut self) -> u64 {
-        let Some(rate) = self.rate else {
-            return RECORDS_PER_POLL;
-        };
-        let started = *self.started.get_or_insert_with(Instant::now);
-        let due = (started.elapsed().as_secs_f64() * rate) as u64 + 1;
-        due.saturating_sub(self.emitted).min(RECORDS_PER_POLL)
-    }
 }
 
 impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for GeneratorReader<T, F> {
@@ -166,7 +148,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
     type Split = NumberSequenceSplit;
 
     fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
-        let allowed = self.allowed_now();
+        let allowed = self.limiter.allowed(RECORDS_PER_POLL);
         let Some(split) = self.splits.front_mut() else {
             if self.no_more_splits {
                 return Ok(InputStatus::EndOfInput);
@@ -186,7 +168,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
             output.collect(f(i));
         }
         split.next += n;
-        self.emitted += n;
+        self.limiter.record(n);
         if split.next == split.end {
             self.splits.pop_front();
         }
@@ -194,14 +176,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
     }
 
     fn poll_delay(&self) -> Duration {
-        match (self.rate, self.started) {
-            (Some(rate), Some(started)) => {
-                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
-                due.saturating_sub(started.elapsed())
-                    .clamp(Duration::from_micros(50), Duration::from_millis(100))
-            }
-            _ => Duration::from_millis(1),
-        }
+        self.limiter.delay(Duration::from_millis(1))
     }
 
     fn add_splits(&mut self, splits: Vec<NumberSequenceSplit>) -> Result<(), BoxError> {

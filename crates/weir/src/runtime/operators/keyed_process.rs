@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::api::functions::{FunctionStateContext, KeyedContext, KeyedProcessFunction};
+use crate::api::functions::{KeyedContext, KeyedProcessFunction};
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
+use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
 use crate::runtime::output::{
     call_user, call_with_collector, in_operator, OperatorMetrics, Output,
 };
@@ -50,15 +50,11 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
     for KeyedProcessOperator<K, I, O, P>
 {
     fn open(&mut self) -> Result<(), TaskError> {
-        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            function.initialize_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: None,
-                runtime: &core.runtime,
-            })?;
-            function.open(&core.runtime)
+        let (function, core) = (&mut self.function, &self.core);
+        state_hook(core, &mut self.operator_state, None, |ctx| {
+            function.initialize_state(ctx)
         })?;
+        call_hook(&core.name, || function.open(&core.runtime))?;
         self.output.open()
     }
 
@@ -109,14 +105,13 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
         checkpoint_id: u64,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
-        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            function.snapshot_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: Some(checkpoint_id),
-                runtime: &core.runtime,
-            })
-        })?;
+        let function = &mut self.function;
+        state_hook(
+            &self.core,
+            &mut self.operator_state,
+            Some(checkpoint_id),
+            |ctx| function.snapshot_state(ctx),
+        )?;
         into.push(OperatorSnapshot {
             node: self.core.node,
             keyed: Some(self.backend.snapshot()),

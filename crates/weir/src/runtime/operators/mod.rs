@@ -11,7 +11,7 @@ pub mod sink_writer;
 
 use std::sync::Arc;
 
-use crate::api::functions::RuntimeContext;
+use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::Key;
@@ -133,4 +133,21 @@ pub(crate) fn notify_hook(
     f: impl FnOnce(CheckpointNotification) -> Result<(), BoxError>,
 ) -> Result<(), TaskError> {
     call_hook(operator, || f(notification))
+}
+
+/// Runs a user state hook (`initialize_state` when `checkpoint_id` is `None`,
+/// `snapshot_state` otherwise) with the operator's state and subtask.
+pub(crate) fn state_hook(
+    core: &OperatorCore,
+    state: &mut OperatorStateBackend,
+    checkpoint_id: Option<u64>,
+    f: impl FnOnce(&mut FunctionStateContext<'_>) -> Result<(), BoxError>,
+) -> Result<(), TaskError> {
+    call_hook(&core.name, || {
+        f(&mut FunctionStateContext {
+            operator_state: state,
+            checkpoint_id,
+            runtime: &core.runtime,
+        })
+    })
 }

@@ -2,10 +2,10 @@
 
 use std::marker::PhantomData;
 
-use crate::api::functions::{FunctionStateContext, ProcessFunction};
+use crate::api::functions::ProcessFunction;
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
+use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
 use crate::runtime::output::{call_with_collector, OperatorMetrics, Output};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
@@ -36,15 +36,11 @@ impl<I, O, P> ProcessOperator<I, O, P> {
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperator<I, O, P> {
     fn open(&mut self) -> Result<(), TaskError> {
-        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            function.initialize_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: None,
-                runtime: &core.runtime,
-            })?;
-            function.open(&core.runtime)
+        let (function, core) = (&mut self.function, &self.core);
+        state_hook(core, &mut self.operator_state, None, |ctx| {
+            function.initialize_state(ctx)
         })?;
+        call_hook(&core.name, || function.open(&core.runtime))?;
         self.output.open()
     }
 
@@ -81,14 +77,13 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperat
         checkpoint_id: u64,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
-        let (function, core, state) = (&mut self.function, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            function.snapshot_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: Some(checkpoint_id),
-                runtime: &core.runtime,
-            })
-        })?;
+        let function = &mut self.function;
+        state_hook(
+            &self.core,
+            &mut self.operator_state,
+            Some(checkpoint_id),
+            |ctx| function.snapshot_state(ctx),
+        )?;
         into.push(OperatorSnapshot {
             node: self.core.node,
             keyed: None,

@@ -2,11 +2,10 @@
 
 use std::marker::PhantomData;
 
-use crate::api::functions::FunctionStateContext;
 use crate::connectors::sink::SinkWriter;
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::{call_hook, notify_hook, OperatorCore};
+use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
 use crate::runtime::output::{call_user, user_error, OperatorMetrics, Output};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
@@ -49,13 +48,9 @@ impl<T: Record, W: SinkWriter<T>> SinkWriterOperator<T, W> {
 
 impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
     fn open(&mut self) -> Result<(), TaskError> {
-        let (writer, core, state) = (&mut self.writer, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            writer.initialize_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: None,
-                runtime: &core.runtime,
-            })
+        let writer = &mut self.writer;
+        state_hook(&self.core, &mut self.operator_state, None, |ctx| {
+            writer.initialize_state(ctx)
         })
     }
 
@@ -83,14 +78,13 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
         checkpoint_id: u64,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
-        let (writer, core, state) = (&mut self.writer, &self.core, &mut self.operator_state);
-        call_hook(&core.name, || {
-            writer.snapshot_state(&mut FunctionStateContext {
-                operator_state: state,
-                checkpoint_id: Some(checkpoint_id),
-                runtime: &core.runtime,
-            })
-        })?;
+        let writer = &mut self.writer;
+        state_hook(
+            &self.core,
+            &mut self.operator_state,
+            Some(checkpoint_id),
+            |ctx| writer.snapshot_state(ctx),
+        )?;
         into.push(OperatorSnapshot {
             node: self.core.node,
             keyed: None,

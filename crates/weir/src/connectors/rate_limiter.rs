@@ -1,0 +1,69 @@
+//! A throttle for source readers: at most `rate` records per second, measured from the
+//! first poll, with the delay until the next record is due.
+
+use std::time::{Duration, Instant};
+
+/// Limits how many records a reader emits per second (no limit when built with `None`).
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    per_second: Option<f64>,
+    started: Option<Instant>,
+    emitted: u64,
+}
+
+impl RateLimiter {
+    /// A limiter for one of `readers` readers sharing `total_per_second`.
+    pub fn new(total_per_second: Option<f64>, readers: u32) -> Self {
+        Self {
+            per_second: total_per_second.map(|r| r / f64::from(readers.max(1))),
+            started: None,
+            emitted: 0,
+        }
+    }
+
+    /// How many records may be emitted now, at most `cap`.
+    pub fn allowed(&mut self, cap: u64) -> u64 {
+        let Some(rate) = self.per_second else {
+            return cap;
+        };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let due = (started.elapsed().as_secs_f64() * rate) as u64 + 1;
+        due.saturating_sub(self.emitted).min(cap)
+    }
+
+    /// Counts `n` emitted records.
+    pub fn record(&mut self, n: u64) {
+        self.emitted += n;
+    }
+
+    /// How long until the next record is due (`idle` when unlimited or not started).
+    pub fn delay(&self, idle: Duration) -> Duration {
+        match (self.per_second, self.started) {
+            (Some(rate), Some(started)) => {
+                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
+                due.saturating_sub(started.elapsed())
+                    .clamp(Duration::from_micros(50), Duration::from_millis(100))
+            }
+            _ => idle,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unlimited_allows_the_cap_and_limited_paces() {
+        let mut free = RateLimiter::new(None, 1);
+        assert_eq!(free.allowed(1024), 1024);
+        let mut slow = RateLimiter::new(Some(10.0), 2);
+        assert_eq!(slow.allowed(1024), 1, "one record is due at once");
+        slow.record(1);
+        assert_eq!(slow.allowed(1024), 0);
+        assert!(
+            slow.delay(Duration::ZERO) > Duration::from_millis(50),
+            "5 records/s each"
+        );
+    }
+}
