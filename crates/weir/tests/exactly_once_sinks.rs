@@ -203,3 +203,36 @@ fn upserts_make_replays_idempotent() {
     }
     assert_eq!(*table.0.lock().unwrap(), truth);
 }
+
+#[test]
+fn file_sink_rolls_parts_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_secs(60))
+                .with_storage(CheckpointStorageConfig::Memory),
+        );
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        GeneratorSource::new(400, |i| i).with_rate_limit(2_000.0),
+        "numbers",
+    )
+    .map(|i: u64| i.to_string())
+    .sink_to(
+        FileSink::<String>::lines(dir.path())
+            .with_rolling_policy(RollingPolicy {
+                max_part_size: None,
+                rollover_interval: Some(Duration::from_millis(30)),
+            })
+            .build(),
+        "output",
+    );
+    env.execute("rolling").unwrap();
+    // No periodic checkpoint in this short run: the final checkpoint commits every part.
+    let parts = committed_files(dir.path()).unwrap();
+    assert!(parts.len() >= 3, "rolled by age into {} parts", parts.len());
+    let lines = committed_lines(dir.path());
+    assert_eq!(lines.len(), 400);
+}
