@@ -350,6 +350,9 @@ fn run_with_corruption(
     )
     .map(move |i: u64| {
         if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
+            // This subtask no longer takes checkpoints; let those already in flight settle,
+            // so that no checkpoint completes between the damage and the failure.
+            std::thread::sleep(Duration::from_millis(150));
             let complete: Vec<u64> = checkpoint_dirs(&job)
                 .into_iter()
                 .filter(|c| c.1)
@@ -463,7 +466,14 @@ fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
     let result = client.cancel().unwrap();
     let history = &result.checkpoints;
     assert!(history.completed >= 5, "{history}");
-    assert_eq!(history.failed, 0, "{history}");
+    // Only a checkpoint still in flight when the job was cancelled may have failed.
+    let unexpected: Vec<_> = history
+        .recent
+        .iter()
+        .filter(|s| s.status == CheckpointStatus::Failed)
+        .filter(|s| !s.failure.as_deref().unwrap_or("").contains("cancelled"))
+        .collect();
+    assert!(unexpected.is_empty(), "{history}");
 }
 
 #[test]
