@@ -131,13 +131,15 @@ fn exactly_once_under_random_failures() {
                 result.restarts, result.checkpoints.completed
             );
         }
-        assert_eq!(
-            result.restarts as usize,
-            failures
-                .iter()
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
-            "seed {seed}"
+        // Failures in records of different subtasks may strike the same run.
+        let distinct = failures
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        assert!(
+            (1..=distinct as u32).contains(&result.restarts),
+            "seed {seed}: {} restarts for {distinct} failures",
+            result.restarts
         );
         assert!(
             result.checkpoints.completed > 0,

@@ -213,10 +213,15 @@ fn offsets_are_restored_exactly_after_failures() {
     })
     .sink_to(sink, "committed");
     let result = env.execute("replay").unwrap();
-    assert_eq!(result.restarts, 2);
     if let Some(d) = diff(&multiset(&expected), &multiset(&committed(&store))) {
         panic!("{d}");
     }
+    // The two failures are in files read by different subtasks: they may strike the same run.
+    assert!(
+        (1..=2).contains(&result.restarts),
+        "{} restarts",
+        result.restarts
+    );
 }
 
 #[test]
