@@ -236,3 +236,59 @@ fn file_sink_rolls_parts_by_age() {
     let lines = committed_lines(dir.path());
     assert_eq!(lines.len(), 400);
 }
+
+#[test]
+fn file_sink_transactions_survive_rescaling_through_savepoints() {
+    let out = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+    let config = |parallelism: u32, restore: Option<&str>| {
+        let mut config = ExecutionConfig::default()
+            .with_parallelism(parallelism)
+            .with_buffer_size(64)
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_millis(40))
+                    .with_storage(CheckpointStorageConfig::FileSystem(
+                        checkpoints.path().to_path_buf(),
+                    )),
+            );
+        if let Some(path) = restore {
+            config = config.with_restore(path, false);
+        }
+        config
+    };
+    let build = |env: &StreamExecutionEnvironment| {
+        env.from_source(
+            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
+            "numbers",
+        )
+        .uid("numbers")
+        .key_by(|i: &u64| key_of(*i))
+        .count()
+        .uid("count")
+        .map(|(k, n): (u64, u64)| format!("{k},{n}"))
+        .uid("format")
+        .sink_to(FileSink::<String>::lines(out.path()).build(), "output")
+        .uid("files");
+    };
+    let mut restore: Option<String> = None;
+    for parallelism in [2, 3] {
+        let env = StreamExecutionEnvironment::new(config(parallelism, restore.as_deref())).unwrap();
+        build(&env);
+        let client = env.execute_async("rescale files").unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        let (savepoint, _) = client.stop_with_savepoint().unwrap();
+        restore = Some(savepoint);
+    }
+    let env = StreamExecutionEnvironment::new(config(1, restore.as_deref())).unwrap();
+    build(&env);
+    env.execute("rescale files").unwrap();
+    if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(out.path()))) {
+        panic!("2 -> 3 -> 1: {d}");
+    }
+    assert!(
+        hidden_files(out.path()).is_empty(),
+        "left behind: {:?}",
+        hidden_files(out.path())
+    );
+}
