@@ -1,7 +1,6 @@
 //! Reads the files assigned to one file-source subtask, record by record, keeping the exact
 //! byte offset and line number of the next record as the split's position.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::time::Duration;
@@ -10,6 +9,7 @@ use csv::ByteRecord;
 
 use crate::connectors::file_source::{Decoder, FileFormat, FileSplit, MalformedPolicy};
 use crate::connectors::rate_limiter::RateLimiter;
+use crate::connectors::split_queue::SplitQueue;
 use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
 use crate::error::BoxError;
 use crate::record::Record;
@@ -72,10 +72,8 @@ pub struct FileReader<T> {
     decoder: Decoder<T>,
     limiter: RateLimiter,
     /// Assigned splits; the front one is being read and its position is kept current.
-    splits: VecDeque<FileSplit>,
+    splits: SplitQueue<FileSplit>,
     open: Option<OpenFile>,
-    requested: bool,
-    no_more_splits: bool,
     skipped: u64,
     line_buffer: Vec<u8>,
     record: ByteRecord,
@@ -104,10 +102,8 @@ impl<T: Record> FileReader<T> {
             policy,
             decoder,
             limiter,
-            splits: VecDeque::new(),
+            splits: SplitQueue::default(),
             open: None,
-            requested: false,
-            no_more_splits: false,
             skipped: 0,
             line_buffer: Vec::new(),
             record: ByteRecord::new(),
@@ -228,15 +224,8 @@ impl<T: Record> SourceReader for FileReader<T> {
     type Split = FileSplit;
 
     fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
-        if self.splits.is_empty() {
-            if self.no_more_splits {
-                return Ok(InputStatus::EndOfInput);
-            }
-            if !self.requested {
-                self.requested = true;
-                self.context.send_split_request();
-            }
-            return Ok(InputStatus::NothingAvailable);
+        if let Some(status) = self.splits.status_when_empty(&self.context) {
+            return Ok(status);
         }
         if self.open.is_none() {
             self.open_front()?;
@@ -249,12 +238,8 @@ impl<T: Record> SourceReader for FileReader<T> {
             // The line a record starts on, before reading moves the position past it.
             let line = self.splits.front().map_or(0, |s| s.line);
             if !self.read_next()? {
-                self.splits.pop_front();
+                self.splits.finish_front(&self.context);
                 self.open = None;
-                if self.splits.is_empty() && !self.no_more_splits {
-                    self.requested = true;
-                    self.context.send_split_request();
-                }
                 return Ok(InputStatus::MoreAvailable);
             }
             let raw = match (&self.open, &self.format) {
@@ -296,16 +281,15 @@ impl<T: Record> SourceReader for FileReader<T> {
     }
 
     fn add_splits(&mut self, splits: Vec<FileSplit>) -> Result<(), BoxError> {
-        self.splits.extend(splits);
-        self.requested = false;
+        self.splits.add(splits);
         Ok(())
     }
 
     fn notify_no_more_splits(&mut self) {
-        self.no_more_splits = true;
+        self.splits.no_more_splits();
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<FileSplit>, BoxError> {
-        Ok(self.splits.iter().cloned().collect())
+        Ok(self.splits.snapshot())
     }
 }

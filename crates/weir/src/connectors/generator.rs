@@ -2,13 +2,13 @@
 //! rate limited (Flink's `DataGeneratorSource`). The number range is split evenly over the
 //! readers; a split's position is the next number, so replay after a restore is exact.
 
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::connectors::rate_limiter::RateLimiter;
+use crate::connectors::split_queue::SplitQueue;
 use crate::connectors::source::{
     Boundedness, InputStatus, Source, SourceReader, SourceReaderContext, SourceSplit,
 };
@@ -122,9 +122,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
         let limiter = RateLimiter::new(self.records_per_second, context.parallelism());
         Ok(GeneratorReader {
             f: self.f.clone(),
-            splits: VecDeque::new(),
-            no_more_splits: false,
-            requested: false,
+            splits: SplitQueue::default(),
             context,
             limiter,
             _record: PhantomData,
@@ -135,9 +133,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
 /// Reads the number ranges assigned to one subtask.
 pub struct GeneratorReader<T, F> {
     f: F,
-    splits: VecDeque<NumberSequenceSplit>,
-    no_more_splits: bool,
-    requested: bool,
+    splits: SplitQueue<NumberSequenceSplit>,
     context: SourceReaderContext,
     limiter: RateLimiter,
     _record: PhantomData<fn() -> T>,
@@ -149,19 +145,15 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
 
     fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
         let allowed = self.limiter.allowed(RECORDS_PER_POLL);
-        let Some(split) = self.splits.front_mut() else {
-            if self.no_more_splits {
-                return Ok(InputStatus::EndOfInput);
-            }
-            if !self.requested {
-                self.requested = true;
-                self.context.send_split_request();
-            }
-            return Ok(InputStatus::NothingAvailable);
-        };
+        if let Some(status) = self.splits.status_when_empty(&self.context) {
+            return Ok(status);
+        }
         if allowed == 0 {
             return Ok(InputStatus::NothingAvailable);
         }
+        let Some(split) = self.splits.front_mut() else {
+            return Ok(InputStatus::NothingAvailable);
+        };
         let n = allowed.min(split.end - split.next);
         let (from, f) = (split.next, &self.f);
         for i in from..from + n {
@@ -170,7 +162,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
         split.next += n;
         self.limiter.record(n);
         if split.next == split.end {
-            self.splits.pop_front();
+            self.splits.finish_front(&self.context);
         }
         Ok(InputStatus::MoreAvailable)
     }
@@ -180,19 +172,18 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
     }
 
     fn add_splits(&mut self, splits: Vec<NumberSequenceSplit>) -> Result<(), BoxError> {
-        self.splits.extend(splits);
-        self.requested = false;
+        self.splits.add(splits);
         Ok(())
     }
 
     fn notify_no_more_splits(&mut self) {
-        self.no_more_splits = true;
+        self.splits.no_more_splits();
     }
 
     fn snapshot_state(
         &mut self,
         _checkpoint_id: u64,
     ) -> Result<Vec<NumberSequenceSplit>, BoxError> {
-        Ok(self.splits.iter().cloned().collect())
+        Ok(self.splits.snapshot())
     }
 }

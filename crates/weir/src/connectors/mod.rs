@@ -11,6 +11,7 @@ pub mod generator;
 pub mod print;
 pub mod rate_limiter;
 pub mod sink;
+pub mod split_queue;
 pub mod source;
 pub mod static_enumerator;
 pub mod two_phase_commit;
