@@ -9,8 +9,8 @@ use csv::ByteRecord;
 
 use crate::connectors::file_source::{Decoder, FileFormat, FileSplit, MalformedPolicy};
 use crate::connectors::rate_limiter::RateLimiter;
-use crate::connectors::split_queue::SplitQueue;
 use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
+use crate::connectors::split_queue::SplitQueue;
 use crate::error::BoxError;
 use crate::record::Record;
 use crate::runtime::output::Collector;

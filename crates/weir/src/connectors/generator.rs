@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::connectors::rate_limiter::RateLimiter;
-use crate::connectors::split_queue::SplitQueue;
 use crate::connectors::source::{
     Boundedness, InputStatus, Source, SourceReader, SourceReaderContext, SourceSplit,
 };
+use crate::connectors::split_queue::SplitQueue;
 use crate::connectors::static_enumerator::StaticSplitEnumerator;
 use crate::error::BoxError;
 use crate::record::Record;

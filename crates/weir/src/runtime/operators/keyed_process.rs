@@ -7,7 +7,9 @@ use crate::api::functions::{KeyedContext, KeyedProcessFunction};
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
+use crate::runtime::operators::{
+    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+};
 use crate::runtime::output::{
     call_user, call_with_collector, in_operator, OperatorMetrics, Output,
 };
@@ -106,26 +108,25 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
-        state_hook(
+        snapshot_operator(
             &self.core,
             &mut self.operator_state,
-            Some(checkpoint_id),
+            checkpoint_id,
+            Some(self.backend.snapshot()),
+            into,
             |ctx| function.snapshot_state(ctx),
         )?;
-        into.push(OperatorSnapshot {
-            node: self.core.node,
-            keyed: Some(self.backend.snapshot()),
-            lists: self.operator_state.snapshot(),
-        });
         self.output.snapshot_state(checkpoint_id, into)
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        notify_hook(&self.core.name, notification, |n| match n {
-            CheckpointNotification::Complete(id) => function.notify_checkpoint_complete(id),
-            CheckpointNotification::Aborted(id) => function.notify_checkpoint_aborted(id),
-        })?;
+        notify_hook(
+            &self.core.name,
+            notification,
+            &mut self.function,
+            |f, id| f.notify_checkpoint_complete(id),
+            |f, id| f.notify_checkpoint_aborted(id),
+        )?;
         self.output.notify_checkpoint(notification)
     }
 

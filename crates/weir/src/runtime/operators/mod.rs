@@ -16,9 +16,10 @@ use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::Key;
 use crate::runtime::output::{call_user, user_error, OperatorMetrics};
-use crate::runtime::snapshot::CheckpointNotification;
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::keyed_state_snapshot::KeyedStateSnapshot;
 use crate::state::operator_state::OperatorStateBackend;
 
 /// Identity and record counts shared by every operator.
@@ -126,13 +127,38 @@ pub(crate) fn call_hook(
     call_user(operator, f)?.map_err(|e| user_error(operator, e))
 }
 
-/// Delivers a checkpoint notification to a user hook.
-pub(crate) fn notify_hook(
+/// Delivers a checkpoint notification to a user function's `notify_checkpoint_complete` or
+/// `notify_checkpoint_aborted` hook.
+pub(crate) fn notify_hook<F>(
     operator: &Arc<str>,
     notification: CheckpointNotification,
-    f: impl FnOnce(CheckpointNotification) -> Result<(), BoxError>,
+    function: &mut F,
+    complete: impl FnOnce(&mut F, u64) -> Result<(), BoxError>,
+    aborted: impl FnOnce(&mut F, u64) -> Result<(), BoxError>,
 ) -> Result<(), TaskError> {
-    call_hook(operator, || f(notification))
+    call_hook(operator, || match notification {
+        CheckpointNotification::Complete(id) => complete(function, id),
+        CheckpointNotification::Aborted(id) => aborted(function, id),
+    })
+}
+
+/// Runs a user function's `snapshot_state` hook, then appends the operator's frozen state
+/// (its operator lists, and `keyed` state if any).
+pub(crate) fn snapshot_operator(
+    core: &OperatorCore,
+    state: &mut OperatorStateBackend,
+    checkpoint_id: u64,
+    keyed: Option<KeyedStateSnapshot>,
+    into: &mut Vec<OperatorSnapshot>,
+    hook: impl FnOnce(&mut FunctionStateContext<'_>) -> Result<(), BoxError>,
+) -> Result<(), TaskError> {
+    state_hook(core, state, Some(checkpoint_id), hook)?;
+    into.push(OperatorSnapshot {
+        node: core.node,
+        keyed,
+        lists: state.snapshot(),
+    });
+    Ok(())
 }
 
 /// Runs a user state hook (`initialize_state` when `checkpoint_id` is `None`,

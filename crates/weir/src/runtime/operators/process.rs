@@ -5,7 +5,9 @@ use std::marker::PhantomData;
 use crate::api::functions::ProcessFunction;
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
+use crate::runtime::operators::{
+    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+};
 use crate::runtime::output::{call_with_collector, OperatorMetrics, Output};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
@@ -78,26 +80,25 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperat
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
-        state_hook(
+        snapshot_operator(
             &self.core,
             &mut self.operator_state,
-            Some(checkpoint_id),
+            checkpoint_id,
+            None,
+            into,
             |ctx| function.snapshot_state(ctx),
         )?;
-        into.push(OperatorSnapshot {
-            node: self.core.node,
-            keyed: None,
-            lists: self.operator_state.snapshot(),
-        });
         self.output.snapshot_state(checkpoint_id, into)
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        notify_hook(&self.core.name, notification, |n| match n {
-            CheckpointNotification::Complete(id) => function.notify_checkpoint_complete(id),
-            CheckpointNotification::Aborted(id) => function.notify_checkpoint_aborted(id),
-        })?;
+        notify_hook(
+            &self.core.name,
+            notification,
+            &mut self.function,
+            |f, id| f.notify_checkpoint_complete(id),
+            |f, id| f.notify_checkpoint_aborted(id),
+        )?;
         self.output.notify_checkpoint(notification)
     }
 

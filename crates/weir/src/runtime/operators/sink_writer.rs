@@ -5,7 +5,9 @@ use std::marker::PhantomData;
 use crate::connectors::sink::SinkWriter;
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::{call_hook, notify_hook, state_hook, OperatorCore};
+use crate::runtime::operators::{
+    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+};
 use crate::runtime::output::{call_user, user_error, OperatorMetrics, Output};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::StreamEvent;
@@ -79,26 +81,25 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         let writer = &mut self.writer;
-        state_hook(
+        snapshot_operator(
             &self.core,
             &mut self.operator_state,
-            Some(checkpoint_id),
+            checkpoint_id,
+            None,
+            into,
             |ctx| writer.snapshot_state(ctx),
         )?;
-        into.push(OperatorSnapshot {
-            node: self.core.node,
-            keyed: None,
-            lists: self.operator_state.snapshot(),
-        });
         Ok(())
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        let writer = &mut self.writer;
-        notify_hook(&self.core.name, notification, |n| match n {
-            CheckpointNotification::Complete(id) => writer.notify_checkpoint_complete(id),
-            CheckpointNotification::Aborted(id) => writer.notify_checkpoint_aborted(id),
-        })
+        notify_hook(
+            &self.core.name,
+            notification,
+            &mut self.writer,
+            |f, id| f.notify_checkpoint_complete(id),
+            |f, id| f.notify_checkpoint_aborted(id),
+        )
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
