@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{diff, mix, multiset};
+use common::{diff, failover_config, mix, multiset};
 use weir::connectors::file_sink::{committed_files, FileSink, RollingPolicy};
 use weir::connectors::generator::GeneratorSource;
 use weir::connectors::sink::Sink;
 use weir::connectors::upsert_sink::{UpsertSink, UpsertStore};
 use weir::connectors::write_ahead_log::{FileBatchCommitter, WriteAheadLog};
 use weir::{
-    BoxError, CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
+    BoxError, CheckpointConfig, CheckpointStorageConfig, ExecutionConfig,
     StreamExecutionEnvironment,
 };
 
@@ -27,19 +27,7 @@ fn key_of(i: u64) -> u64 {
 }
 
 fn config() -> ExecutionConfig {
-    ExecutionConfig::default()
-        .with_parallelism(2)
-        .with_buffer_size(64)
-        .with_buffer_timeout(Duration::from_millis(5))
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(Duration::from_millis(30))
-                .with_storage(CheckpointStorageConfig::Memory),
-        )
-        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
-            attempts: 5,
-            delay: Duration::ZERO,
-        })
+    failover_config(2, Duration::from_millis(30))
 }
 
 /// Rolling counts as "key,count" lines; the expected lines of an uninterrupted run.

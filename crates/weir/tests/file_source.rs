@@ -9,13 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{committed, diff, multiset, CommittingSink};
+use common::{committed, diff, failover_config, multiset, CommittingSink};
 use serde::{Deserialize, Serialize};
 use weir::connectors::file_source::{FileSource, MalformedPolicy, MalformedRecord};
-use weir::{
-    CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
-    StreamExecutionEnvironment, WeirError,
-};
+use weir::{ExecutionConfig, StreamExecutionEnvironment, WeirError};
 
 fn new_env(parallelism: u32) -> StreamExecutionEnvironment {
     StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(parallelism))
@@ -181,18 +178,7 @@ fn offsets_are_restored_exactly_after_failures() {
         id: String,
         value: u64,
     }
-    let config = ExecutionConfig::default()
-        .with_parallelism(2)
-        .with_buffer_size(32)
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(Duration::from_millis(25))
-                .with_storage(CheckpointStorageConfig::Memory),
-        )
-        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
-            attempts: 5,
-            delay: Duration::ZERO,
-        });
+    let config = failover_config(2, Duration::from_millis(25));
     let env = StreamExecutionEnvironment::new(config).unwrap();
     let (sink, store) = CommittingSink::new();
     let failures = Arc::new([

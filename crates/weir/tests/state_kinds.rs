@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{committed, diff, mix, multiset, CommittingSink};
+use common::{committed, diff, failover_config, mix, multiset, CommittingSink};
 use weir::connectors::generator::GeneratorSource;
 use weir::{
     AggregateFunction, AggregatingState, BoxError, CheckpointConfig, CheckpointStorageConfig,
     Collector, ExecutionConfig, FunctionStateContext, KeyedContext, KeyedProcessFunction,
-    ListState, MapState, ProcessFunction, ReducingState, RestartStrategyConfig, RuntimeContext,
+    ListState, MapState, ProcessFunction, ReducingState, RuntimeContext,
     StreamExecutionEnvironment,
 };
 
@@ -122,19 +122,7 @@ fn expected() -> HashMap<Summary, usize> {
 
 #[test]
 fn every_keyed_state_kind_is_restored_exactly_after_failures() {
-    let config = ExecutionConfig::default()
-        .with_parallelism(2)
-        .with_buffer_size(64)
-        .with_buffer_timeout(Duration::from_millis(5))
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(Duration::from_millis(30))
-                .with_storage(CheckpointStorageConfig::Memory),
-        )
-        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
-            attempts: 5,
-            delay: Duration::ZERO,
-        });
+    let config = failover_config(2, Duration::from_millis(30));
     let env = StreamExecutionEnvironment::new(config).unwrap();
     let (sink, store) = CommittingSink::new();
     let failures = Arc::new([

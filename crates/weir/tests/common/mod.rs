@@ -6,8 +6,31 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use weir::connectors::sink::{Sink, SinkWriter};
-use weir::{BoxError, FunctionStateContext, Record, RuntimeContext};
+use weir::{
+    BoxError, CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, FunctionStateContext,
+    Record, RestartStrategyConfig, RuntimeContext,
+};
+
+/// A configuration for failure-injection tests: small batches, in-memory checkpoints every
+/// `interval`, and immediate restarts.
+pub fn failover_config(parallelism: u32, interval: Duration) -> ExecutionConfig {
+    ExecutionConfig::default()
+        .with_parallelism(parallelism)
+        .with_buffer_size(64)
+        .with_buffer_timeout(Duration::from_millis(5))
+        .with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(interval)
+                .with_storage(CheckpointStorageConfig::Memory),
+        )
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts: 5,
+            delay: Duration::ZERO,
+        })
+}
 
 /// SplitMix64: a deterministic, well-mixed function of `i`.
 pub fn mix(i: u64) -> u64 {
