@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# whatever the tests need (nothing external yet: the core engine needs no broker or
-# database), then formatting, lints, every test, and a smoke run of the main example.
+# what the tests need (a Kafka-protocol broker on 127.0.0.1, stopped again at the end), then
+# formatting, lints, every test, and a smoke run of the main example.
 # Safe to run again: every step is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,11 @@ for component in rustfmt clippy; do
 done
 
 log "toolchain: $(cargo --version)"
+log "Kafka-protocol broker for the Kafka tests (tansu, 127.0.0.1 only)"
+eval "$(scripts/kafka-broker.sh start)"
+if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then
+    trap 'scripts/kafka-broker.sh stop' EXIT
+fi
 log "format check"
 cargo fmt --all -- --check
 log "clippy (warnings are errors)"

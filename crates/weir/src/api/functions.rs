@@ -1,5 +1,8 @@
 //! User function interfaces beyond plain closures, and the contexts they receive.
 
+use std::sync::Arc;
+
+use crate::config::ExecutionConfig;
 use crate::error::BoxError;
 use crate::runtime::output::Collector;
 use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
@@ -34,28 +37,41 @@ impl FunctionStateContext<'_> {
 }
 
 /// What a function knows of the subtask it runs in (Flink's `RuntimeContext`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeContext {
     pub(crate) operator_name: String,
+    pub(crate) operator_uid: String,
     pub(crate) subtask_index: u32,
     pub(crate) parallelism: u32,
     pub(crate) max_parallelism: u32,
     pub(crate) checkpointing: bool,
+    pub(crate) config: Arc<ExecutionConfig>,
 }
 
 impl RuntimeContext {
     pub(crate) fn of(setup: &crate::runtime::task::OperatorSetup) -> Self {
         Self {
             operator_name: setup.name.to_string(),
+            operator_uid: setup.uid.to_string(),
             subtask_index: setup.subtask,
             parallelism: setup.parallelism,
             max_parallelism: setup.max_parallelism,
             checkpointing: setup.config.checkpoint.interval.is_some(),
+            config: Arc::new(setup.config.clone()),
         }
     }
     /// The operator's name.
     pub fn operator_name(&self) -> &str {
         &self.operator_name
+    }
+    /// The operator's uid (set with `uid()`, or derived from its place in the graph): stable
+    /// across restarts, so external resources such as transactional ids can be named by it.
+    pub fn operator_uid(&self) -> &str {
+        &self.operator_uid
+    }
+    /// The job's configuration (checkpointing, restart strategy…).
+    pub fn execution_config(&self) -> &ExecutionConfig {
+        &self.config
     }
     /// Zero-based index of this subtask.
     pub fn subtask_index(&self) -> u32 {

@@ -207,6 +207,7 @@ pub fn deploy(
             let setup = OperatorSetup {
                 node: node_id,
                 name: node.name.as_str().into(),
+                uid: node.effective_uid().into(),
                 subtask: ev.id.subtask,
                 parallelism: ev.parallelism,
                 max_parallelism: node.max_parallelism,

@@ -73,6 +73,8 @@ pub struct OperatorSetup {
     pub node: NodeId,
     /// Its name, for errors.
     pub name: Arc<str>,
+    /// Its uid (given or derived), which names its state and external resources.
+    pub uid: Arc<str>,
     /// Zero-based subtask index.
     pub subtask: u32,
     /// Parallelism of the operator.

@@ -1,0 +1,104 @@
+//! The reference pipeline as a command: Kafka words → key_by → running count → Kafka, with
+//! checkpoints on the filesystem so that a killed run can be resumed with `--resume`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use weir_kafka::word_count::{self, WordCountOptions};
+use weir_kafka::DeliveryGuarantee;
+
+/// Command-line options.
+#[derive(Parser, Debug)]
+#[command(about = "Exactly-once word count: Kafka -> key_by -> count -> Kafka")]
+struct Args {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "WEIR_KAFKA_BOOTSTRAP", default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// Input topic (one word per record value).
+    #[arg(long)]
+    input: String,
+    /// Output topic (key = word, value = running count).
+    #[arg(long)]
+    output: String,
+    /// Delivery guarantee of the sink: none, at_least_once or exactly_once.
+    #[arg(long, default_value = "exactly_once")]
+    guarantee: String,
+    /// Parallelism.
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+    /// Checkpoint interval in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    checkpoint_interval_ms: u64,
+    /// Working directory (checkpoints); cleared unless --resume.
+    #[arg(long, default_value = "target/kafka-count")]
+    work_dir: PathBuf,
+    /// Resume from the latest retained checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Words per second (a throttle; 0: none).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Keep running after the input's current end (default: stop there).
+    #[arg(long)]
+    unbounded: bool,
+    /// Transactional id prefix (default: derived from the output topic).
+    #[arg(long)]
+    transactional_id_prefix: Option<String>,
+    /// Kill this process with SIGKILL right before its first transaction commit, after the
+    /// checkpoint completed (fault injection for tests).
+    #[arg(long)]
+    kill_before_commit: bool,
+    /// Timeout of the sink's flush, commit and fencing calls, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    operation_timeout_ms: u64,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "weir=warn,weir_kafka=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let checkpoints = args.work_dir.join("checkpoints");
+    if !args.resume && checkpoints.exists() {
+        std::fs::remove_dir_all(&checkpoints)
+            .with_context(|| format!("clearing {}", checkpoints.display()))?;
+    }
+    let mut options = WordCountOptions::new(&args.bootstrap, &args.input, &args.output);
+    options.guarantee = args.guarantee.parse::<DeliveryGuarantee>()?;
+    if let Some(prefix) = args.transactional_id_prefix {
+        options.transactional_id_prefix = prefix;
+    }
+    options.parallelism = args.parallelism;
+    options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
+    options.checkpoint_dir = Some(checkpoints);
+    options.resume = args.resume;
+    options.bounded = !args.unbounded;
+    options.rate = (args.rate > 0.0).then_some(args.rate);
+    options.operation_timeout = Duration::from_millis(args.operation_timeout_ms);
+    if args.kill_before_commit {
+        options.before_commit = Some(Arc::new(|checkpoint_id, transactional_id| {
+            eprintln!("kafka-count: killing myself before committing {transactional_id} (checkpoint {checkpoint_id})");
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }));
+    }
+    let env = word_count::build(&options)?;
+    let result = env.execute(word_count::JOB_NAME)?;
+    let records = result
+        .operator("Source: words")
+        .map_or(0, |o| o.records_out);
+    println!(
+        "kafka-count: {:?}: {records} words in {:.2?}, {} checkpoints, {} restarts",
+        result.status, result.wall_time, result.checkpoints.completed, result.restarts
+    );
+    Ok(())
+}

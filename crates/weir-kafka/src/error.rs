@@ -1,0 +1,93 @@
+//! Errors of the Kafka connector, each naming the broker, topic, partition or offset involved.
+
+use std::io;
+
+/// What went wrong talking to Kafka.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// A configuration value is missing or wrong.
+    #[error("invalid Kafka connector configuration: {0}")]
+    Config(String),
+    /// No broker of the bootstrap list answered.
+    #[error("Kafka brokers {servers} unreachable ({detail}); check `bootstrap.servers` and that the brokers are up")]
+    BrokerUnreachable {
+        /// The bootstrap list.
+        servers: String,
+        /// What the client reported.
+        detail: String,
+    },
+    /// Reading from or writing to a broker failed.
+    #[error("I/O with Kafka broker {broker}: {source}")]
+    BrokerIo {
+        /// The broker's address.
+        broker: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A broker answered something unexpected.
+    #[error("Kafka protocol error with {broker}: {message}")]
+    Protocol {
+        /// The broker (or partition) concerned.
+        broker: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A topic or partition does not exist.
+    #[error("Kafka partition {topic}-{partition} does not exist")]
+    UnknownPartition {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+    },
+    /// librdkafka reported an error.
+    #[error("Kafka client error while {action}: {source}")]
+    Client {
+        /// What the connector was doing.
+        action: String,
+        /// The client's error.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A record could not be deserialized.
+    #[error(
+        "cannot deserialize the Kafka record at {topic}-{partition} offset {offset}: {message}"
+    )]
+    Deserialize {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// Offset of the record.
+        offset: i64,
+        /// Why.
+        message: String,
+    },
+    /// A record could not be serialized.
+    #[error("cannot serialize a record for Kafka topic {topic}: {message}")]
+    Serialize {
+        /// Target topic.
+        topic: String,
+        /// Why.
+        message: String,
+    },
+    /// A record was not delivered.
+    #[error("Kafka did not accept a record for {topic}: {message}")]
+    Delivery {
+        /// Target topic (and partition, when known).
+        topic: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl KafkaError {
+    /// Wraps a librdkafka error with what the connector was doing.
+    pub fn client(action: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
+        KafkaError::Client {
+            action: action.into(),
+            source,
+        }
+    }
+}

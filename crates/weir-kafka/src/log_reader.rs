@@ -1,0 +1,555 @@
+//! A transaction-aware reader of a partition's raw log, speaking the Kafka protocol directly
+//! (with the `kafka-protocol` crate) instead of going through librdkafka.
+//!
+//! Why: the exactly-once sink must find out, after a crash, whether a transaction it
+//! pre-committed was committed or aborted, and the tests must establish the committed
+//! contents of a topic exactly. Both need the log as it is — record batches with their
+//! producer ids and the COMMIT/ABORT control batches — not a consumer's filtered view: some
+//! Kafka-protocol brokers (tansu among them) never list aborted transactions in fetch
+//! responses, so `read_committed` consumers there see aborted records. Folding the control
+//! markers ourselves gives the committed set a real Apache Kafka consumer would see.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse,
+    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{encode_request_header_into_buffer, Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{BatchDecodeInfo, RecordBatchDecoder};
+
+use crate::error::KafkaError;
+
+/// The protocol versions this reader asks for (capped by what the broker supports): the
+/// last ones that name topics rather than topic ids.
+const FETCH_VERSION: i16 = 11;
+const METADATA_VERSION: i16 = 8;
+const MIN_FETCH_VERSION: i16 = 4;
+
+/// One record of a partition's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Offset in the partition.
+    pub offset: i64,
+    /// Record key.
+    pub key: Option<Bytes>,
+    /// Record value.
+    pub value: Option<Bytes>,
+    /// Record timestamp (ms).
+    pub timestamp: i64,
+    /// The producer that wrote it (-1: none).
+    pub producer_id: i64,
+}
+
+/// How a transaction ended, as its control marker in the log says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionOutcome {
+    /// A COMMIT marker follows the batch.
+    Committed,
+    /// An ABORT marker follows the batch.
+    Aborted,
+    /// No marker yet: the transaction is still open.
+    Open,
+}
+
+/// A batch of the raw log with what matters for transactions.
+#[derive(Debug, Clone)]
+struct RawBatch {
+    info: BatchDecodeInfo,
+    /// Offset of the batch's last record.
+    last_offset: i64,
+    /// The whole encoded batch, decoded lazily (data batches may be compressed).
+    bytes: Bytes,
+}
+
+/// A blocking connection to one broker.
+struct BrokerConnection {
+    stream: TcpStream,
+    address: String,
+    correlation_id: i32,
+    versions: HashMap<i16, (i16, i16)>,
+}
+
+impl BrokerConnection {
+    fn connect(address: &str, timeout: Duration) -> Result<Self, KafkaError> {
+        let io = |source| KafkaError::BrokerIo {
+            broker: address.to_string(),
+            source,
+        };
+        let addr = address
+            .to_socket_addrs()
+            .map_err(io)?
+            .next()
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: address.to_string(),
+                message: "address resolves to nothing".into(),
+            })?;
+        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+        stream.set_read_timeout(Some(timeout)).map_err(io)?;
+        stream.set_write_timeout(Some(timeout)).map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let mut connection = Self {
+            stream,
+            address: address.to_string(),
+            correlation_id: 0,
+            versions: HashMap::new(),
+        };
+        let response: ApiVersionsResponse =
+            connection.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
+        if response.error_code != 0 {
+            return Err(connection.protocol_error(format!(
+                "ApiVersions failed with error code {}",
+                response.error_code
+            )));
+        }
+        connection.versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(connection)
+    }
+
+    fn protocol_error(&self, message: String) -> KafkaError {
+        KafkaError::Protocol {
+            broker: self.address.clone(),
+            message,
+        }
+    }
+
+    /// The version to use for `key`: `wanted`, capped by the broker's maximum.
+    fn version(&self, key: ApiKey, wanted: i16, minimum: i16) -> Result<i16, KafkaError> {
+        let (min, max) = self
+            .versions
+            .get(&(key as i16))
+            .copied()
+            .ok_or_else(|| self.protocol_error(format!("broker does not support {key:?}")))?;
+        let version = wanted.min(max);
+        if version < min.max(minimum) {
+            return Err(self.protocol_error(format!(
+                "no common version of {key:?}: broker supports {min}..={max}, reader needs >= {minimum}"
+            )));
+        }
+        Ok(version)
+    }
+
+    fn send<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Result<Resp, KafkaError> {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("weir-log-reader")));
+        let mut body = BytesMut::new();
+        encode_request_header_into_buffer(&mut body, &header)
+            .and_then(|_| request.encode(&mut body, version))
+            .map_err(|e| self.protocol_error(format!("encoding {key:?}: {e}")))?;
+        let io = |source| KafkaError::BrokerIo {
+            broker: self.address.clone(),
+            source,
+        };
+        let length = i32::try_from(body.len())
+            .map_err(|_| self.protocol_error("request too large".into()))?;
+        self.stream.write_all(&length.to_be_bytes()).map_err(io)?;
+        self.stream.write_all(&body).map_err(io)?;
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).map_err(io)?;
+        let size = usize::try_from(i32::from_be_bytes(size))
+            .map_err(|_| self.protocol_error("negative response size".into()))?;
+        let mut response = vec![0u8; size];
+        self.stream.read_exact(&mut response).map_err(io)?;
+        let mut response = Bytes::from(response);
+        let header = ResponseHeader::decode(&mut response, key.response_header_version(version))
+            .map_err(|e| self.protocol_error(format!("decoding {key:?} header: {e}")))?;
+        if header.correlation_id != self.correlation_id {
+            return Err(self.protocol_error(format!(
+                "correlation id {} answers request {}",
+                header.correlation_id, self.correlation_id
+            )));
+        }
+        Resp::decode(&mut response, version)
+            .map_err(|e| self.protocol_error(format!("decoding {key:?} response: {e}")))
+    }
+}
+
+/// Reads partitions' raw logs from a Kafka cluster.
+pub struct LogReader {
+    bootstrap: Vec<String>,
+    timeout: Duration,
+    connections: HashMap<String, BrokerConnection>,
+}
+
+impl LogReader {
+    /// A reader for the cluster at `bootstrap_servers` (comma-separated `host:port`).
+    pub fn new(bootstrap_servers: &str, timeout: Duration) -> Self {
+        Self {
+            bootstrap: bootstrap_servers
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            timeout,
+            connections: HashMap::new(),
+        }
+    }
+
+    fn connection(&mut self, address: &str) -> Result<&mut BrokerConnection, KafkaError> {
+        if !self.connections.contains_key(address) {
+            let connection = BrokerConnection::connect(address, self.timeout)?;
+            self.connections.insert(address.to_string(), connection);
+        }
+        self.connections
+            .get_mut(address)
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: address.to_string(),
+                message: "connection vanished".into(),
+            })
+    }
+
+    /// The address of the leader of `topic`/`partition`.
+    fn leader(&mut self, topic: &str, partition: i32) -> Result<String, KafkaError> {
+        let mut last_error = None;
+        for bootstrap in self.bootstrap.clone() {
+            let connection = match self.connection(&bootstrap) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.connections.remove(&bootstrap);
+                    last_error = Some(e);
+                    continue;
+                }
+            };
+            let version = connection.version(ApiKey::Metadata, METADATA_VERSION, 1)?;
+            let request =
+                MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))]));
+            let response: MetadataResponse =
+                match connection.send(ApiKey::Metadata, version, &request) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.connections.remove(&bootstrap);
+                        last_error = Some(e);
+                        continue;
+                    }
+                };
+            let brokers: HashMap<BrokerId, String> = response
+                .brokers
+                .iter()
+                .map(|b| (b.node_id, format!("{}:{}", b.host, b.port)))
+                .collect();
+            let Some(t) = response
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| &*n.0 == topic))
+            else {
+                return Err(KafkaError::UnknownPartition {
+                    topic: topic.to_string(),
+                    partition,
+                });
+            };
+            let p = t
+                .partitions
+                .iter()
+                .find(|p| p.partition_index == partition)
+                .ok_or_else(|| KafkaError::UnknownPartition {
+                    topic: topic.to_string(),
+                    partition,
+                })?;
+            return brokers
+                .get(&p.leader_id)
+                .cloned()
+                .ok_or_else(|| KafkaError::Protocol {
+                    broker: bootstrap.clone(),
+                    message: format!("{topic}-{partition} has no known leader"),
+                });
+        }
+        Err(last_error.unwrap_or_else(|| KafkaError::Config("no bootstrap servers".into())))
+    }
+
+    /// One fetch of `topic`/`partition` at `offset`: the high watermark and the record bytes.
+    fn fetch_once(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<(i64, Option<Bytes>), KafkaError> {
+        let leader = self.leader(topic, partition)?;
+        let connection = self.connection(&leader)?;
+        let version = connection.version(ApiKey::Fetch, FETCH_VERSION, MIN_FETCH_VERSION)?;
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(100)
+            .with_min_bytes(1)
+            .with_max_bytes(max_bytes.max(1 << 20))
+            .with_isolation_level(0)
+            .with_session_epoch(0)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_current_leader_epoch(-1)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(max_bytes)])]);
+        let response: FetchResponse = match connection.send(ApiKey::Fetch, version, &request) {
+            Ok(r) => r,
+            Err(e) => {
+                self.connections.remove(&leader);
+                return Err(e);
+            }
+        };
+        let data = response
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions.into_iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| KafkaError::Protocol {
+                broker: leader.clone(),
+                message: format!("fetch response lacks {topic}-{partition}"),
+            })?;
+        if data.error_code != 0 {
+            return Err(KafkaError::Protocol {
+                broker: leader,
+                message: format!(
+                    "fetch of {topic}-{partition} at offset {offset} failed with error code {}",
+                    data.error_code
+                ),
+            });
+        }
+        Ok((data.high_watermark, data.records))
+    }
+
+    /// Every batch of `topic`/`partition` from `from_offset` up to the high watermark.
+    fn batches(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        from_offset: i64,
+    ) -> Result<Vec<RawBatch>, KafkaError> {
+        let mut batches = Vec::new();
+        let mut offset = from_offset;
+        loop {
+            let (high_watermark, records) = self.fetch_once(topic, partition, offset, 8 << 20)?;
+            let before = batches.len();
+            if let Some(records) = records {
+                split_batches(records, &mut batches).map_err(|message| KafkaError::Protocol {
+                    broker: format!("{topic}-{partition}"),
+                    message: format!("at offset {offset}: {message}"),
+                })?;
+            }
+            // Batches wholly before `offset` can come back when it points into a batch.
+            if let Some(last) = batches[before..].last() {
+                offset = offset.max(last.last_offset + 1);
+            }
+            if offset >= high_watermark || batches.len() == before {
+                break;
+            }
+        }
+        batches.retain(|b| b.last_offset >= from_offset);
+        Ok(batches)
+    }
+
+    /// The high watermark of `topic`/`partition` as a fetch response at `from_offset` (any
+    /// offset in the log, e.g. its start) reports it.
+    pub fn high_watermark(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        from_offset: i64,
+    ) -> Result<i64, KafkaError> {
+        let (high_watermark, _) = self.fetch_once(topic, partition, from_offset, 1)?;
+        Ok(high_watermark)
+    }
+
+    /// The records of `topic`/`partition` that are committed — non-transactional records and
+    /// those of committed transactions — in log order, as a `read_committed` consumer of
+    /// Apache Kafka sees them. Records of open transactions are left out.
+    pub fn committed_records(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<LogRecord>, KafkaError> {
+        let batches = self.batches(topic, partition, 0)?;
+        let mut committed = Vec::new();
+        // Transactional records wait here, per producer, for their marker.
+        let mut open: HashMap<i64, Vec<LogRecord>> = HashMap::new();
+        let protocol = |message: String| KafkaError::Protocol {
+            broker: format!("{topic}-{partition}"),
+            message,
+        };
+        for batch in batches {
+            if batch.info.control {
+                let outcome = control_outcome(&batch).map_err(protocol)?;
+                let pending = open.remove(&batch.info.producer_id).unwrap_or_default();
+                if outcome == TransactionOutcome::Committed {
+                    committed.extend(pending);
+                }
+                continue;
+            }
+            let records = decode_records(&batch).map_err(protocol)?;
+            if batch.info.transactional {
+                open.entry(batch.info.producer_id)
+                    .or_default()
+                    .extend(records);
+            } else {
+                committed.extend(records);
+            }
+        }
+        committed.sort_by_key(|r| r.offset);
+        Ok(committed)
+    }
+
+    /// Whether the data of the transaction that wrote the record at `offset` of
+    /// `topic`/`partition` is committed. Any COMMIT marker of the same producer id after
+    /// that record means yes: the exactly-once sink re-sends an aborted transaction's
+    /// records (the probe record included) under the same transactional id — hence the
+    /// same producer id — and reuses that id for new data only once the commit is
+    /// confirmed. Otherwise an ABORT marker means aborted, and no marker means open.
+    pub fn transaction_outcome(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<TransactionOutcome, KafkaError> {
+        let batches = self.batches(topic, partition, offset)?;
+        let Some(first) = batches
+            .iter()
+            .find(|b| !b.info.control && b.info.min_offset <= offset && offset <= b.last_offset)
+        else {
+            return Err(KafkaError::Protocol {
+                broker: format!("{topic}-{partition}"),
+                message: format!("no record at offset {offset} (deleted by retention?)"),
+            });
+        };
+        if !first.info.transactional {
+            return Ok(TransactionOutcome::Committed);
+        }
+        let producer = first.info.producer_id;
+        let mut outcome = TransactionOutcome::Open;
+        for batch in batches
+            .iter()
+            .filter(|b| b.info.min_offset > first.last_offset)
+        {
+            if batch.info.control && batch.info.producer_id == producer {
+                let marker = control_outcome(batch).map_err(|message| KafkaError::Protocol {
+                    broker: format!("{topic}-{partition}"),
+                    message,
+                })?;
+                if marker == TransactionOutcome::Committed {
+                    return Ok(marker);
+                }
+                outcome = marker;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Like [`LogReader::transaction_outcome`], but waits up to `patience` for an open
+    /// transaction's marker (markers are written asynchronously after a commit or abort).
+    pub fn await_transaction_outcome(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        patience: Duration,
+    ) -> Result<TransactionOutcome, KafkaError> {
+        let deadline = Instant::now() + patience;
+        loop {
+            let outcome = self.transaction_outcome(topic, partition, offset)?;
+            if outcome != TransactionOutcome::Open || Instant::now() >= deadline {
+                return Ok(outcome);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Splits a fetch response's record bytes into batches (a trailing partial batch, which
+/// brokers may send when a size limit cuts it, is dropped).
+fn split_batches(mut records: Bytes, out: &mut Vec<RawBatch>) -> Result<(), String> {
+    const HEADER: usize = 12;
+    while records.len() >= HEADER {
+        let length = i32::from_be_bytes([records[8], records[9], records[10], records[11]]);
+        let length = usize::try_from(length).map_err(|_| "negative batch length".to_string())?;
+        if records.len() < HEADER + length {
+            break;
+        }
+        let mut bytes = records.split_to(HEADER + length);
+        let whole = bytes.clone();
+        let infos = RecordBatchDecoder::decode_batch_info(&mut bytes)
+            .map_err(|e| format!("bad record batch: {e}"))?;
+        let Some(info) = infos.into_iter().next() else {
+            return Err("record batch of an unsupported (pre-0.11) format".into());
+        };
+        let last_offset_delta = if whole.len() >= 27 {
+            i32::from_be_bytes([whole[23], whole[24], whole[25], whole[26]])
+        } else {
+            0
+        };
+        out.push(RawBatch {
+            last_offset: info.min_offset + i64::from(last_offset_delta),
+            info,
+            bytes: whole,
+        });
+    }
+    Ok(())
+}
+
+fn decode_records(batch: &RawBatch) -> Result<Vec<LogRecord>, String> {
+    let mut bytes = batch.bytes.clone();
+    let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
+        format!(
+            "cannot decode batch at offset {} ({:?} compression): {e}",
+            batch.info.min_offset, batch.info.compression
+        )
+    })?;
+    Ok(set
+        .records
+        .into_iter()
+        .map(|r| LogRecord {
+            offset: r.offset,
+            key: r.key,
+            value: r.value,
+            timestamp: r.timestamp,
+            producer_id: r.producer_id,
+        })
+        .collect())
+}
+
+/// A control batch's marker: the record key is (version: i16, type: i16), type 0 = ABORT,
+/// 1 = COMMIT.
+fn control_outcome(batch: &RawBatch) -> Result<TransactionOutcome, String> {
+    let records = decode_records(batch)?;
+    let key = records
+        .first()
+        .and_then(|r| r.key.clone())
+        .ok_or_else(|| format!("control batch at {} has no key", batch.info.min_offset))?;
+    let mut key = key;
+    if key.len() < 4 {
+        return Err(format!(
+            "control batch at {} has a short key",
+            batch.info.min_offset
+        ));
+    }
+    let _version = key.get_i16();
+    match key.get_i16() {
+        0 => Ok(TransactionOutcome::Aborted),
+        1 => Ok(TransactionOutcome::Committed),
+        other => Err(format!(
+            "control batch at {} has unknown type {other}",
+            batch.info.min_offset
+        )),
+    }
+}

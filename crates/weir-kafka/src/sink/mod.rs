@@ -1,0 +1,258 @@
+//! The Kafka sink (Flink's `KafkaSink`), with three delivery guarantees:
+//!
+//! - [`DeliveryGuarantee::None`]: records are sent as they come; errors are logged.
+//! - [`DeliveryGuarantee::AtLeastOnce`]: every checkpoint barrier waits until all records
+//!   sent so far are acknowledged, so a completed checkpoint never misses output.
+//! - [`DeliveryGuarantee::ExactlyOnce`]: one Kafka transaction per subtask and checkpoint,
+//!   flushed at the barrier and committed when the checkpoint completes. Its records stay in
+//!   the sink's state until the commit is confirmed: if the broker aborted the transaction in
+//!   the meantime (timeout, fencing, crash between completion and commit), they are sent
+//!   again in a new transaction, so that a completed checkpoint's output is neither lost nor
+//!   duplicated.
+
+pub mod producer;
+pub mod serializer;
+pub mod transactions;
+pub mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::connectors::sink::Sink;
+use weir::{BoxError, RuntimeContext};
+
+use crate::client_config::KafkaConnection;
+use crate::error::KafkaError;
+pub use serializer::{
+    JsonSerializer, KafkaRecordSerializer, ProducerRecord, StringKeyValueSerializer,
+};
+pub use writer::KafkaSinkWriter;
+
+/// What the sink promises about its output after failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryGuarantee {
+    /// Nothing: records in flight at a failure may be lost (or duplicated on replay).
+    None,
+    /// No loss; records may be duplicated on replay.
+    AtLeastOnce,
+    /// Each record exactly once, visible to `read_committed` consumers when its checkpoint
+    /// completes.
+    ExactlyOnce,
+}
+
+impl std::str::FromStr for DeliveryGuarantee {
+    type Err = KafkaError;
+    fn from_str(s: &str) -> Result<Self, KafkaError> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "none" => Ok(Self::None),
+            "at_least_once" => Ok(Self::AtLeastOnce),
+            "exactly_once" => Ok(Self::ExactlyOnce),
+            other => Err(KafkaError::Config(format!(
+                "unknown delivery guarantee `{other}` (none, at_least_once, exactly_once)"
+            ))),
+        }
+    }
+}
+
+/// Everything the writers share.
+pub(crate) struct SinkSettings<T> {
+    pub connection: KafkaConnection,
+    pub serializer: Arc<dyn KafkaRecordSerializer<T>>,
+    pub guarantee: DeliveryGuarantee,
+    pub transactional_id_prefix: String,
+    pub pool_size: u32,
+    pub transaction_timeout: Duration,
+    pub operation_timeout: Duration,
+    pub before_commit: Option<BeforeCommitHook>,
+}
+
+/// Called with a checkpoint id and a transactional id right before that transaction commits.
+pub type BeforeCommitHook = Arc<dyn Fn(u64, &str) + Send + Sync>;
+
+/// A Kafka sink. Build one with [`KafkaSink::builder`].
+pub struct KafkaSink<T> {
+    settings: Arc<SinkSettings<T>>,
+}
+
+impl<T: Send + 'static> KafkaSink<T> {
+    /// A builder writing records serialized by `serializer`.
+    pub fn builder(
+        bootstrap_servers: impl Into<String>,
+        serializer: impl KafkaRecordSerializer<T>,
+    ) -> KafkaSinkBuilder<T> {
+        KafkaSinkBuilder {
+            connection: KafkaConnection::new(bootstrap_servers),
+            serializer: Arc::new(serializer),
+            guarantee: DeliveryGuarantee::AtLeastOnce,
+            transactional_id_prefix: None,
+            pool_size: 5,
+            transaction_timeout: Duration::from_secs(15 * 60),
+            operation_timeout: Duration::from_secs(60),
+            before_commit: None,
+        }
+    }
+}
+
+/// Configures a [`KafkaSink`].
+pub struct KafkaSinkBuilder<T> {
+    connection: KafkaConnection,
+    serializer: Arc<dyn KafkaRecordSerializer<T>>,
+    guarantee: DeliveryGuarantee,
+    transactional_id_prefix: Option<String>,
+    pool_size: u32,
+    transaction_timeout: Duration,
+    operation_timeout: Duration,
+    before_commit: Option<BeforeCommitHook>,
+}
+
+impl<T: Send + 'static> KafkaSinkBuilder<T> {
+    /// Calls `hook` with the checkpoint id and transactional id right before each commit:
+    /// the moment between a checkpoint's completion and its transaction's commit, for
+    /// fault-injection tests (kill the process, fence the producer) and for monitoring.
+    pub fn before_commit(mut self, hook: impl Fn(u64, &str) + Send + Sync + 'static) -> Self {
+        self.before_commit = Some(Arc::new(hook));
+        self
+    }
+    /// The delivery guarantee (default: at least once).
+    pub fn delivery_guarantee(mut self, guarantee: DeliveryGuarantee) -> Self {
+        self.guarantee = guarantee;
+        self
+    }
+    /// The prefix of the transactional ids (needed for exactly-once). Ids are
+    /// `{prefix}-{operator uid}-{subtask}-{slot}`: keep prefix and uid unchanged across
+    /// restarts so that a restarted job fences its predecessor, and unique per job.
+    pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.transactional_id_prefix = Some(prefix.into());
+        self
+    }
+    /// Producers per subtask (default 5): a transaction holds one from its first record
+    /// until its checkpoint's commit is confirmed, so this bounds the checkpoints that can be
+    /// pending at once.
+    pub fn transaction_pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+    /// `transaction.timeout.ms` (default 15 min, the broker's default maximum): the broker
+    /// aborts a transaction older than this.
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
+    }
+    /// How long a flush, commit or fencing call may take (default 60 s).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+    /// Sets a librdkafka producer property (it overrides the connector's defaults).
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.connection.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// Checks the configuration and builds the sink.
+    pub fn build(self) -> Result<KafkaSink<T>, KafkaError> {
+        self.connection.validate()?;
+        for managed in ["transactional.id", "transaction.timeout.ms"] {
+            if self.connection.properties.contains_key(managed) {
+                return Err(KafkaError::Config(format!(
+                    "property `{managed}` is managed by the sink; use the builder instead"
+                )));
+            }
+        }
+        let prefix = match (self.guarantee, self.transactional_id_prefix) {
+            (DeliveryGuarantee::ExactlyOnce, None) => {
+                return Err(KafkaError::Config(
+                    "an exactly-once Kafka sink needs a transactional id prefix".into(),
+                ))
+            }
+            (_, Some(p)) if p.is_empty() => {
+                return Err(KafkaError::Config(
+                    "the transactional id prefix is empty".into(),
+                ))
+            }
+            (_, p) => p.unwrap_or_default(),
+        };
+        if self.pool_size < 2 {
+            return Err(KafkaError::Config(format!(
+                "transaction pool size {} is too small: one transaction is pending while the next one is written, so at least 2",
+                self.pool_size
+            )));
+        }
+        if self.transaction_timeout < Duration::from_secs(1) || self.operation_timeout.is_zero() {
+            return Err(KafkaError::Config(
+                "transaction timeout must be at least 1 s and operation timeout positive".into(),
+            ));
+        }
+        Ok(KafkaSink {
+            settings: Arc::new(SinkSettings {
+                connection: self.connection,
+                serializer: self.serializer,
+                guarantee: self.guarantee,
+                transactional_id_prefix: prefix,
+                pool_size: self.pool_size,
+                transaction_timeout: self.transaction_timeout,
+                operation_timeout: self.operation_timeout,
+                before_commit: self.before_commit,
+            }),
+        })
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
+    type Writer = KafkaSinkWriter<T>;
+    fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
+        if context.subtask_index() == 0 {
+            if let Some(warning) = transaction_timeout_warning(&self.settings, context) {
+                tracing::warn!("{warning}");
+            }
+        }
+        Ok(KafkaSinkWriter::new(
+            self.settings.clone(),
+            context.clone(),
+        )?)
+    }
+}
+
+/// A warning when the broker could abort a transaction before the job gets to commit it:
+/// a transaction lives from its first record through the checkpoint interval and the
+/// checkpoint itself, and after a crash through the restart delay, until the recovered job
+/// commits or re-sends it.
+pub(crate) fn transaction_timeout_warning<T>(
+    settings: &SinkSettings<T>,
+    context: &RuntimeContext,
+) -> Option<String> {
+    if settings.guarantee != DeliveryGuarantee::ExactlyOnce {
+        return None;
+    }
+    let config = context.execution_config();
+    let Some(interval) = config.checkpoint.interval else {
+        return Some(
+            "exactly-once Kafka sink without checkpointing: transactions commit only when the input ends".into(),
+        );
+    };
+    let restart_delay = config
+        .restart_strategy
+        .as_ref()
+        .map(restart_delay)
+        .unwrap_or_default();
+    let needed = interval + config.checkpoint.timeout + restart_delay;
+    (settings.transaction_timeout < needed).then(|| {
+        format!(
+            "Kafka sink `{}`: transaction.timeout.ms ({} ms) is shorter than checkpoint interval + checkpoint timeout + restart delay ({} ms); the broker may abort transactions before they commit. The sink re-sends their records from its state, but raise transaction.timeout.ms (and the broker's transaction.max.timeout.ms) to avoid it",
+            context.operator_name(),
+            settings.transaction_timeout.as_millis(),
+            needed.as_millis()
+        )
+    })
+}
+
+/// The longest wait a restart strategy imposes before restarting.
+fn restart_delay(strategy: &weir::RestartStrategyConfig) -> Duration {
+    use weir::RestartStrategyConfig as R;
+    match strategy {
+        R::None => Duration::ZERO,
+        R::FixedDelay { delay, .. } => *delay,
+        R::ExponentialDelay { max, .. } => *max,
+        R::FailureRate { delay, .. } => *delay,
+    }
+}

@@ -1,0 +1,181 @@
+//! A librdkafka producer that reports, per record, where it landed or why it did not.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::Message;
+
+use super::transactions::BufferedRecord;
+use crate::client_config::KafkaConnection;
+use crate::error::KafkaError;
+
+/// Where a record landed, or why it did not.
+pub(crate) type Delivery = Result<(i32, i64), String>;
+
+/// Collects delivery reports, tagged with the index the writer gave each record, and sends
+/// librdkafka's own logs and errors to `tracing`.
+#[derive(Default)]
+pub(crate) struct DeliveryTracker {
+    reports: Mutex<Vec<(usize, Delivery)>>,
+}
+
+impl ClientContext for DeliveryTracker {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => tracing::error!(facility, "librdkafka: {message}"),
+            RDKafkaLogLevel::Warning => tracing::warn!(facility, "librdkafka: {message}"),
+            _ => tracing::debug!(facility, "librdkafka: {message}"),
+        }
+    }
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        tracing::warn!(%error, "librdkafka producer: {reason}");
+    }
+}
+
+impl ProducerContext for DeliveryTracker {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let report = match result {
+            Ok(message) => Ok((message.partition(), message.offset())),
+            Err((error, message)) => Err(format!(
+                "{error} (topic {}, partition {})",
+                message.topic(),
+                message.partition()
+            )),
+        };
+        if let Ok(mut reports) = self.reports.lock() {
+            reports.push((index, report));
+        }
+    }
+}
+
+/// A producer and its delivery reports.
+pub(crate) struct TrackedProducer {
+    producer: BaseProducer<DeliveryTracker>,
+    /// For errors: the transactional id, or "producer".
+    name: String,
+}
+
+impl TrackedProducer {
+    /// A producer; transactional when `transactional_id` is set.
+    pub fn create(
+        connection: &KafkaConnection,
+        transactional_id: Option<&str>,
+        transaction_timeout_ms: u64,
+    ) -> Result<Self, KafkaError> {
+        let timeout = transaction_timeout_ms.to_string();
+        let mut defaults = vec![
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("compression.type", "none"),
+        ];
+        if let Some(id) = transactional_id {
+            defaults.push(("transactional.id", id));
+            defaults.push(("transaction.timeout.ms", &timeout));
+        }
+        let producer = connection
+            .client_config(&defaults)
+            .create_with_context(DeliveryTracker::default())
+            .map_err(|e| KafkaError::client("creating a Kafka producer", e))?;
+        Ok(Self {
+            producer,
+            name: transactional_id.unwrap_or("producer").to_string(),
+        })
+    }
+
+    /// The transactional id (or "producer").
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sends one record (asynchronously), waiting while librdkafka's queue is full.
+    pub fn send(&self, record: &BufferedRecord, index: usize) -> Result<(), KafkaError> {
+        let mut base = BaseRecord::with_opaque_to(&record.topic, index);
+        if record.partition >= 0 {
+            base = base.partition(record.partition);
+        }
+        if let Some(key) = &record.key {
+            base = base.key(key.as_slice());
+        }
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_slice());
+        }
+        if let Some(ts) = record.timestamp {
+            base = base.timestamp(ts);
+        }
+        loop {
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    base = back;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => {
+                    return Err(KafkaError::Delivery {
+                        topic: record.topic.clone(),
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Serves delivery callbacks without waiting.
+    pub fn poll(&self) {
+        self.producer.poll(Duration::ZERO);
+    }
+
+    /// Waits until every record sent is delivered or failed, and returns their reports.
+    pub fn flush(&self, timeout: Duration) -> Result<Vec<(usize, Delivery)>, KafkaError> {
+        self.producer
+            .flush(timeout)
+            .map_err(|e| KafkaError::client(format!("flushing {}", self.name), e))?;
+        Ok(self.take_reports())
+    }
+
+    /// The delivery reports received so far.
+    pub fn take_reports(&self) -> Vec<(usize, Delivery)> {
+        self.producer
+            .context()
+            .reports
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+    }
+
+    /// Registers the transactional id with the coordinator: fences earlier producers with
+    /// the same id and aborts the transaction they left open.
+    pub fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.init_transactions(timeout).map_err(|e| {
+            KafkaError::client(format!("initializing transactions of {}", self.name), e)
+        })
+    }
+
+    /// Starts a transaction.
+    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| KafkaError::client(format!("beginning a transaction on {}", self.name), e))
+    }
+
+    /// Commits the open transaction.
+    pub fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.commit_transaction(timeout).map_err(|e| {
+            KafkaError::client(format!("committing the transaction of {}", self.name), e)
+        })
+    }
+
+    /// Aborts the open transaction.
+    pub fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.abort_transaction(timeout).map_err(|e| {
+            KafkaError::client(format!("aborting the transaction of {}", self.name), e)
+        })
+    }
+}

@@ -1,0 +1,267 @@
+//! The reader side of the Kafka source: one librdkafka consumer per subtask, manually
+//! assigned to the subtask's partitions at their checkpointed offsets (no group rebalancing:
+//! Weir, not the broker, decides who reads what).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use weir::connectors::file_source::MalformedPolicy;
+use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
+use weir::{BoxError, Collector};
+
+use super::split::KafkaPartitionSplit;
+use super::SourceSettings;
+use crate::deserializer::ConsumedRecord;
+use crate::error::KafkaError;
+
+/// Records handed on per poll, so that barriers and control messages are not delayed.
+const RECORDS_PER_POLL: usize = 4096;
+
+/// Reads the partitions assigned to one source subtask.
+pub struct KafkaSourceReader<T> {
+    settings: Arc<SourceSettings<T>>,
+    context: SourceReaderContext,
+    consumer: BaseConsumer,
+    splits: BTreeMap<(String, i32), KafkaPartitionSplit>,
+    assignment_changed: bool,
+    no_more_splits: bool,
+    skipped: u64,
+    /// Positions per checkpoint, committed to the group when the checkpoint completes.
+    offsets_to_commit: BTreeMap<u64, Vec<(String, i32, i64)>>,
+}
+
+impl<T> KafkaSourceReader<T> {
+    pub(crate) fn new(
+        settings: Arc<SourceSettings<T>>,
+        context: SourceReaderContext,
+    ) -> Result<Self, KafkaError> {
+        let mut defaults = vec![
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("isolation.level", "read_committed"),
+            ("enable.partition.eof", "true"),
+            // Positions come from checkpoints; this applies only when one has been deleted
+            // by retention in the meantime.
+            ("auto.offset.reset", "earliest"),
+            ("fetch.wait.max.ms", "50"),
+        ];
+        if let Some(group) = &settings.group_id {
+            defaults.push(("group.id", group.as_str()));
+        }
+        let consumer: BaseConsumer = settings
+            .connection
+            .client_config(&defaults)
+            .create()
+            .map_err(|e| KafkaError::client("creating the source reader's consumer", e))?;
+        Ok(Self {
+            settings,
+            context,
+            consumer,
+            splits: BTreeMap::new(),
+            assignment_changed: false,
+            no_more_splits: false,
+            skipped: 0,
+            offsets_to_commit: BTreeMap::new(),
+        })
+    }
+
+    fn reassign(&mut self) -> Result<(), KafkaError> {
+        let mut assignment = TopicPartitionList::new();
+        for split in self.splits.values() {
+            assignment
+                .add_partition_offset(
+                    &split.topic,
+                    split.partition,
+                    Offset::Offset(split.next_offset),
+                )
+                .map_err(|e| KafkaError::client("building the reader's assignment", e))?;
+        }
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| KafkaError::client("assigning partitions to the reader", e))?;
+        self.assignment_changed = false;
+        Ok(())
+    }
+
+    /// Moves bounded splits past trailing control records (transaction markers), which the
+    /// consumer skips without handing them out; then drops the splits read to their end.
+    fn settle_bounded_splits(&mut self) -> Result<(), KafkaError> {
+        if !self.splits.values().any(|s| s.stopping_offset.is_some()) {
+            return Ok(());
+        }
+        let positions = self
+            .consumer
+            .position()
+            .map_err(|e| KafkaError::client("reading the reader's positions", e))?;
+        for element in positions.elements() {
+            let key = (element.topic().to_string(), element.partition());
+            if let (Some(split), Offset::Offset(position)) =
+                (self.splits.get_mut(&key), element.offset())
+            {
+                split.next_offset = split.next_offset.max(position);
+            }
+        }
+        let before = self.splits.len();
+        self.splits.retain(|_, s| !s.is_finished());
+        if self.splits.len() != before {
+            self.assignment_changed = true;
+        }
+        Ok(())
+    }
+}
+
+/// Consumer errors that librdkafka recovers from by itself (it reconnects and retries).
+fn is_transient(error: &RdKafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+        )
+    )
+}
+
+impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
+    type Output = T;
+    type Split = KafkaPartitionSplit;
+
+    fn poll_next(&mut self, output: &mut Collector<'_, T>) -> Result<InputStatus, BoxError> {
+        if self.assignment_changed {
+            self.reassign()?;
+        }
+        if self.splits.is_empty() {
+            return Ok(if self.no_more_splits {
+                InputStatus::EndOfInput
+            } else {
+                InputStatus::NothingAvailable
+            });
+        }
+        let mut emitted = 0usize;
+        let mut drained = false;
+        while emitted < RECORDS_PER_POLL {
+            let message = match self.consumer.poll(Duration::ZERO) {
+                None => {
+                    drained = true;
+                    break;
+                }
+                Some(Err(RdKafkaError::PartitionEOF(_))) => continue,
+                Some(Err(e)) if is_transient(&e) => {
+                    tracing::warn!(error = %e, subtask = self.context.subtask_index(), "transient Kafka consumer error; librdkafka retries");
+                    drained = true;
+                    break;
+                }
+                Some(Err(e)) => return Err(KafkaError::client("consuming from Kafka", e).into()),
+                Some(Ok(message)) => message,
+            };
+            let key = (message.topic().to_string(), message.partition());
+            let Some(split) = self.splits.get_mut(&key) else {
+                continue;
+            };
+            let offset = message.offset();
+            if offset < split.next_offset || split.stopping_offset.is_some_and(|s| offset >= s) {
+                continue;
+            }
+            split.next_offset = offset + 1;
+            let record = ConsumedRecord {
+                topic: message.topic(),
+                partition: message.partition(),
+                offset,
+                timestamp: message.timestamp().to_millis(),
+                key: message.key(),
+                value: message.payload(),
+            };
+            match self.settings.deserializer.deserialize(&record) {
+                Ok(value) => {
+                    output.collect(value);
+                    emitted += 1;
+                }
+                Err(reason) => match self.settings.malformed {
+                    MalformedPolicy::Fail => {
+                        return Err(KafkaError::Deserialize {
+                            topic: record.topic.to_string(),
+                            partition: record.partition,
+                            offset,
+                            message: reason,
+                        }
+                        .into())
+                    }
+                    MalformedPolicy::Skip => {
+                        self.skipped += 1;
+                        tracing::warn!(topic = record.topic, partition = record.partition, offset, %reason, skipped = self.skipped, "skipping malformed Kafka record");
+                    }
+                },
+            }
+        }
+        if drained {
+            self.settle_bounded_splits()?;
+        }
+        if emitted > 0 {
+            Ok(InputStatus::MoreAvailable)
+        } else if self.splits.is_empty() && self.no_more_splits {
+            Ok(InputStatus::EndOfInput)
+        } else {
+            Ok(InputStatus::NothingAvailable)
+        }
+    }
+
+    fn poll_delay(&self) -> Duration {
+        Duration::from_millis(2)
+    }
+
+    fn add_splits(&mut self, splits: Vec<KafkaPartitionSplit>) -> Result<(), BoxError> {
+        for split in splits {
+            if split.is_finished() {
+                continue;
+            }
+            tracing::debug!(subtask = self.context.subtask_index(), split = ?split, "Kafka partition assigned");
+            self.splits
+                .insert((split.topic.clone(), split.partition), split);
+            self.assignment_changed = true;
+        }
+        Ok(())
+    }
+
+    fn notify_no_more_splits(&mut self) {
+        self.no_more_splits = true;
+    }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<KafkaPartitionSplit>, BoxError> {
+        let splits: Vec<KafkaPartitionSplit> = self.splits.values().cloned().collect();
+        if self.settings.group_id.is_some() && self.settings.commit_offsets_on_checkpoint {
+            self.offsets_to_commit.insert(
+                checkpoint_id,
+                splits
+                    .iter()
+                    .map(|s| (s.topic.clone(), s.partition, s.next_offset))
+                    .collect(),
+            );
+        }
+        Ok(splits)
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
+        let Some(offsets) = self.offsets_to_commit.remove(&checkpoint_id) else {
+            return Ok(());
+        };
+        self.offsets_to_commit.retain(|id, _| *id > checkpoint_id);
+        let mut list = TopicPartitionList::new();
+        for (topic, partition, offset) in &offsets {
+            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| KafkaError::client("building an offset commit", e))?;
+        }
+        // Only for monitoring: a failed commit loses nothing, the checkpoint has the offsets.
+        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+            tracing::warn!(checkpoint_id, error = %e, "committing offsets to the consumer group failed");
+        }
+        Ok(())
+    }
+}
