@@ -382,33 +382,10 @@ impl LogReader {
         partition: i32,
     ) -> Result<Vec<LogRecord>, KafkaError> {
         let batches = self.batches(topic, partition, 0)?;
-        let mut committed = Vec::new();
-        // Transactional records wait here, per producer, for their marker.
-        let mut open: HashMap<i64, Vec<LogRecord>> = HashMap::new();
-        let protocol = |message: String| KafkaError::Protocol {
+        fold_committed(batches).map_err(|message| KafkaError::Protocol {
             broker: format!("{topic}-{partition}"),
             message,
-        };
-        for batch in batches {
-            if batch.info.control {
-                let outcome = control_outcome(&batch).map_err(protocol)?;
-                let pending = open.remove(&batch.info.producer_id).unwrap_or_default();
-                if outcome == TransactionOutcome::Committed {
-                    committed.extend(pending);
-                }
-                continue;
-            }
-            let records = decode_records(&batch).map_err(protocol)?;
-            if batch.info.transactional {
-                open.entry(batch.info.producer_id)
-                    .or_default()
-                    .extend(records);
-            } else {
-                committed.extend(records);
-            }
-        }
-        committed.sort_by_key(|r| r.offset);
-        Ok(committed)
+        })
     }
 
     /// Whether the data of the transaction that wrote the record at `offset` of
@@ -474,6 +451,35 @@ impl LogReader {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The committed records of a partition's batches: non-transactional records, and those of
+/// transactions whose producer's next control marker is COMMIT; records of aborted or still
+/// open transactions are left out.
+fn fold_committed(batches: Vec<RawBatch>) -> Result<Vec<LogRecord>, String> {
+    let mut committed = Vec::new();
+    // Transactional records wait here, per producer, for their marker.
+    let mut open: HashMap<i64, Vec<LogRecord>> = HashMap::new();
+    for batch in batches {
+        if batch.info.control {
+            let outcome = control_outcome(&batch)?;
+            let pending = open.remove(&batch.info.producer_id).unwrap_or_default();
+            if outcome == TransactionOutcome::Committed {
+                committed.extend(pending);
+            }
+            continue;
+        }
+        let records = decode_records(&batch)?;
+        if batch.info.transactional {
+            open.entry(batch.info.producer_id)
+                .or_default()
+                .extend(records);
+        } else {
+            committed.extend(records);
+        }
+    }
+    committed.sort_by_key(|r| r.offset);
+    Ok(committed)
 }
 
 /// Splits a fetch response's record bytes into batches (a trailing partial batch, which
@@ -551,5 +557,122 @@ fn control_outcome(batch: &RawBatch) -> Result<TransactionOutcome, String> {
             "control batch at {} has unknown type {other}",
             batch.info.min_offset
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use indexmap::IndexMap;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    /// One encoded batch at `offset`: data records with `values`, or a control marker.
+    fn batch(offset: i64, producer_id: i64, transactional: bool, content: Content) -> Vec<u8> {
+        let (control, entries): (bool, Vec<(Option<Bytes>, Option<Bytes>)>) = match content {
+            Content::Data(values) => (
+                false,
+                values
+                    .iter()
+                    .map(|v| (None, Some(Bytes::from(v.to_string()))))
+                    .collect(),
+            ),
+            Content::Marker(commit) => {
+                let mut key = BytesMut::new();
+                key.extend_from_slice(&0i16.to_be_bytes());
+                key.extend_from_slice(&i16::from(commit).to_be_bytes());
+                (true, vec![(Some(key.freeze()), Some(Bytes::new()))])
+            }
+        };
+        let records: Vec<Record> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional,
+                control,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id,
+                producer_epoch: 0,
+                timestamp_type: TimestampType::Creation,
+                offset: offset + i as i64,
+                sequence: i as i32,
+                timestamp: 0,
+                key,
+                value,
+                headers: IndexMap::new(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf.to_vec()
+    }
+
+    enum Content {
+        Data(Vec<&'static str>),
+        Marker(bool),
+    }
+
+    fn log(parts: Vec<Vec<u8>>) -> Vec<RawBatch> {
+        let bytes: Vec<u8> = parts.into_iter().flatten().collect();
+        let mut batches = Vec::new();
+        split_batches(Bytes::from(bytes), &mut batches).unwrap();
+        batches
+    }
+
+    fn values(records: &[LogRecord]) -> Vec<String> {
+        records
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn aborted_and_open_transactions_are_left_out_in_log_order() {
+        let batches = log(vec![
+            batch(0, 7, true, Content::Data(vec!["a1", "a2"])),
+            batch(2, -1, false, Content::Data(vec!["plain"])),
+            batch(3, 8, true, Content::Data(vec!["b1"])),
+            batch(4, 7, true, Content::Marker(false)),
+            batch(5, 8, true, Content::Marker(true)),
+            batch(6, 7, true, Content::Data(vec!["c1"])),
+            batch(7, 7, true, Content::Marker(true)),
+            batch(8, 9, true, Content::Data(vec!["open"])),
+        ]);
+        assert_eq!(batches.len(), 8);
+        assert_eq!(batches[0].last_offset, 1);
+        let committed = fold_committed(batches).unwrap();
+        assert_eq!(values(&committed), vec!["plain", "b1", "c1"]);
+        assert_eq!(
+            committed.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![2, 3, 6]
+        );
+    }
+
+    #[test]
+    fn a_partial_trailing_batch_is_dropped_and_garbage_is_an_error() {
+        let mut bytes = batch(0, -1, false, Content::Data(vec!["x"]));
+        let whole = bytes.len();
+        bytes.extend_from_slice(&batch(1, -1, false, Content::Data(vec!["y"]))[..10]);
+        let mut batches = Vec::new();
+        split_batches(Bytes::from(bytes), &mut batches).unwrap();
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].bytes.len(), whole);
+        let mut corrupt = batch(0, -1, false, Content::Data(vec!["x"]));
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        let mut batches = Vec::new();
+        let error = split_batches(Bytes::from(corrupt), &mut batches).unwrap_err();
+        assert!(error.contains("Cyclic redundancy check"), "{error}");
     }
 }

@@ -108,3 +108,28 @@ fn at_least_once_output_loses_nothing() {
         .expect("job runs");
     verify(&options, &expected);
 }
+
+#[test]
+fn an_unreachable_broker_fails_the_exactly_once_sink_clearly() {
+    use weir::{ExecutionConfig, RestartStrategyConfig, StreamExecutionEnvironment};
+    use weir_kafka::sink::StringKeyValueSerializer;
+    let env = StreamExecutionEnvironment::new(
+        ExecutionConfig::default()
+            .with_parallelism(1)
+            .with_restart_strategy(RestartStrategyConfig::None),
+    )
+    .unwrap();
+    let sink = weir_kafka::KafkaSink::builder("127.0.0.1:1", StringKeyValueSerializer::new("out"))
+        .delivery_guarantee(DeliveryGuarantee::ExactlyOnce)
+        .transactional_id_prefix("unreachable")
+        .operation_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    env.generate(10, |i| (i.to_string(), i.to_string()))
+        .sink_to(sink, "kafka");
+    let error = env.execute("unreachable").unwrap_err().to_string();
+    assert!(
+        error.contains("127.0.0.1:1") && error.contains("unreachable"),
+        "{error}"
+    );
+}

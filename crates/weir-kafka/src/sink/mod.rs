@@ -202,7 +202,12 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
     type Writer = KafkaSinkWriter<T>;
     fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
         if context.subtask_index() == 0 {
-            if let Some(warning) = transaction_timeout_warning(&self.settings, context) {
+            if let Some(warning) = transaction_timeout_warning(
+                self.settings.guarantee,
+                self.settings.transaction_timeout,
+                context.execution_config(),
+                context.operator_name(),
+            ) {
                 tracing::warn!("{warning}");
             }
         }
@@ -217,14 +222,15 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
 /// a transaction lives from its first record through the checkpoint interval and the
 /// checkpoint itself, and after a crash through the restart delay, until the recovered job
 /// commits or re-sends it.
-pub(crate) fn transaction_timeout_warning<T>(
-    settings: &SinkSettings<T>,
-    context: &RuntimeContext,
+pub fn transaction_timeout_warning(
+    guarantee: DeliveryGuarantee,
+    transaction_timeout: Duration,
+    config: &weir::ExecutionConfig,
+    operator_name: &str,
 ) -> Option<String> {
-    if settings.guarantee != DeliveryGuarantee::ExactlyOnce {
+    if guarantee != DeliveryGuarantee::ExactlyOnce {
         return None;
     }
-    let config = context.execution_config();
     let Some(interval) = config.checkpoint.interval else {
         return Some(
             "exactly-once Kafka sink without checkpointing: transactions commit only when the input ends".into(),
@@ -236,11 +242,10 @@ pub(crate) fn transaction_timeout_warning<T>(
         .map(restart_delay)
         .unwrap_or_default();
     let needed = interval + config.checkpoint.timeout + restart_delay;
-    (settings.transaction_timeout < needed).then(|| {
+    (transaction_timeout < needed).then(|| {
         format!(
-            "Kafka sink `{}`: transaction.timeout.ms ({} ms) is shorter than checkpoint interval + checkpoint timeout + restart delay ({} ms); the broker may abort transactions before they commit. The sink re-sends their records from its state, but raise transaction.timeout.ms (and the broker's transaction.max.timeout.ms) to avoid it",
-            context.operator_name(),
-            settings.transaction_timeout.as_millis(),
+            "Kafka sink `{operator_name}`: transaction.timeout.ms ({} ms) is shorter than checkpoint interval + checkpoint timeout + restart delay ({} ms); the broker may abort transactions before they commit. The sink re-sends their records from its state, but raise transaction.timeout.ms (and the broker's transaction.max.timeout.ms) to avoid it",
+            transaction_timeout.as_millis(),
             needed.as_millis()
         )
     })
@@ -254,5 +259,87 @@ fn restart_delay(strategy: &weir::RestartStrategyConfig) -> Duration {
         R::FixedDelay { delay, .. } => *delay,
         R::ExponentialDelay { max, .. } => *max,
         R::FailureRate { delay, .. } => *delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir::{CheckpointConfig, ExecutionConfig, RestartStrategyConfig};
+
+    fn builder() -> KafkaSinkBuilder<(String, String)> {
+        KafkaSink::builder("127.0.0.1:9092", StringKeyValueSerializer::new("out"))
+    }
+
+    fn error(builder: KafkaSinkBuilder<(String, String)>) -> String {
+        match builder.build() {
+            Ok(_) => panic!("accepted an invalid configuration"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn invalid_configurations_are_refused_with_the_reason() {
+        let exactly_once = || builder().delivery_guarantee(DeliveryGuarantee::ExactlyOnce);
+        assert!(error(exactly_once()).contains("needs a transactional id prefix"));
+        assert!(error(exactly_once().transactional_id_prefix("")).contains("empty"));
+        assert!(error(
+            exactly_once()
+                .transactional_id_prefix("p")
+                .transaction_pool_size(1)
+        )
+        .contains("pool size 1"));
+        assert!(error(builder().property("transactional.id", "x")).contains("managed by the sink"));
+        assert!(error(KafkaSink::builder(
+            "nohost",
+            StringKeyValueSerializer::new("out")
+        ))
+        .contains("not host:port"));
+        assert!(exactly_once().transactional_id_prefix("p").build().is_ok());
+        assert_eq!(
+            "exactly-once".parse::<DeliveryGuarantee>().ok(),
+            Some(DeliveryGuarantee::ExactlyOnce)
+        );
+        assert!("twice".parse::<DeliveryGuarantee>().is_err());
+    }
+
+    #[test]
+    fn a_transaction_timeout_shorter_than_a_checkpoint_plus_restart_is_warned_about() {
+        let config = ExecutionConfig::default()
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_secs(10))
+                    .with_timeout(Duration::from_secs(60)),
+            )
+            .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_secs(30),
+            });
+        let warn = |timeout| {
+            transaction_timeout_warning(DeliveryGuarantee::ExactlyOnce, timeout, &config, "sink")
+        };
+        let warning = warn(Duration::from_secs(90)).expect("a warning");
+        assert!(
+            warning.contains("90000 ms") && warning.contains("100000 ms"),
+            "{warning}"
+        );
+        assert_eq!(warn(Duration::from_secs(100)), None);
+        assert_eq!(
+            transaction_timeout_warning(
+                DeliveryGuarantee::AtLeastOnce,
+                Duration::from_secs(1),
+                &config,
+                "sink"
+            ),
+            None
+        );
+        let unchecked = ExecutionConfig::default();
+        assert!(transaction_timeout_warning(
+            DeliveryGuarantee::ExactlyOnce,
+            Duration::from_secs(900),
+            &unchecked,
+            "sink"
+        )
+        .is_some_and(|w| w.contains("without checkpointing")));
     }
 }

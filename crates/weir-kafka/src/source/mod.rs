@@ -257,3 +257,60 @@ impl<T: Record> Source for KafkaSource<T> {
         Ok(KafkaSourceReader::new(self.settings.clone(), context)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deserializer::StringValue;
+
+    fn error(builder: KafkaSourceBuilder<String>) -> String {
+        match builder.build() {
+            Ok(_) => panic!("accepted an invalid configuration"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn invalid_configurations_are_refused_with_the_reason() {
+        let builder = || KafkaSource::builder("127.0.0.1:9092", StringValue);
+        assert!(error(builder()).contains("no topics"));
+        assert!(error(builder().topics(Vec::<String>::new())).contains("empty topic"));
+        assert!(error(
+            builder()
+                .topics(["t"])
+                .starting_offsets(StartingOffsets::Committed {
+                    reset: OffsetResetStrategy::Earliest
+                })
+        )
+        .contains("needs a group id"));
+        assert!(error(builder().topics(["t"]).property("group.id", "g")).contains("managed"));
+        assert!(error(
+            builder()
+                .topics(["t"])
+                .partition_discovery_interval(Some(Duration::ZERO))
+        )
+        .contains("must be positive"));
+        assert!(error(KafkaSource::builder("", StringValue).topics(["t"])).contains("empty"));
+        assert!(builder().topic_pattern("(").is_err());
+        assert!(builder().topics(["t"]).build().is_ok());
+    }
+
+    #[test]
+    fn a_topic_pattern_matches_whole_names_only() {
+        let Ok(builder) =
+            KafkaSource::builder("127.0.0.1:9092", StringValue).topic_pattern("in-.*")
+        else {
+            panic!("valid pattern refused");
+        };
+        let Some(TopicSubscription::Pattern(_)) = &builder.subscription else {
+            panic!("no pattern");
+        };
+        let subscription = builder
+            .subscription
+            .clone()
+            .unwrap_or(TopicSubscription::Topics(vec![]));
+        assert!(subscription.matches("in-1"));
+        assert!(!subscription.matches("xin-1"));
+        assert!(!subscription.matches("out"));
+    }
+}

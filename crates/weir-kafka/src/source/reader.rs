@@ -33,6 +33,8 @@ pub struct KafkaSourceReader<T> {
     skipped: u64,
     /// Positions per checkpoint, committed to the group when the checkpoint completes.
     offsets_to_commit: BTreeMap<u64, Vec<(String, i32, i64)>>,
+    /// End positions of bounded splits read to their end, still to be committed.
+    finished: BTreeMap<(String, i32), i64>,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -50,9 +52,12 @@ impl<T> KafkaSourceReader<T> {
             ("auto.offset.reset", "earliest"),
             ("fetch.wait.max.ms", "50"),
         ];
-        if let Some(group) = &settings.group_id {
-            defaults.push(("group.id", group.as_str()));
-        }
+        // librdkafka assigns partitions only to a consumer with a group id; without the
+        // user's, a fixed one is used, to which nothing is committed.
+        defaults.push((
+            "group.id",
+            settings.group_id.as_deref().unwrap_or("weir-kafka-source"),
+        ));
         let consumer: BaseConsumer = settings
             .connection
             .client_config(&defaults)
@@ -67,6 +72,7 @@ impl<T> KafkaSourceReader<T> {
             no_more_splits: false,
             skipped: 0,
             offsets_to_commit: BTreeMap::new(),
+            finished: BTreeMap::new(),
         })
     }
 
@@ -106,10 +112,17 @@ impl<T> KafkaSourceReader<T> {
                 split.next_offset = split.next_offset.max(position);
             }
         }
-        let before = self.splits.len();
-        self.splits.retain(|_, s| !s.is_finished());
-        if self.splits.len() != before {
-            self.assignment_changed = true;
+        let done: Vec<(String, i32)> = self
+            .splits
+            .iter()
+            .filter(|(_, s)| s.is_finished())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in done {
+            if let Some(split) = self.splits.remove(&key) {
+                self.finished.insert(key, split.next_offset);
+                self.assignment_changed = true;
+            }
         }
         Ok(())
     }
@@ -237,11 +250,16 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<KafkaPartitionSplit>, BoxError> {
         let splits: Vec<KafkaPartitionSplit> = self.splits.values().cloned().collect();
         if self.settings.group_id.is_some() && self.settings.commit_offsets_on_checkpoint {
+            let finished = self
+                .finished
+                .iter()
+                .map(|((topic, partition), offset)| (topic.clone(), *partition, *offset));
             self.offsets_to_commit.insert(
                 checkpoint_id,
                 splits
                     .iter()
                     .map(|s| (s.topic.clone(), s.partition, s.next_offset))
+                    .chain(finished)
                     .collect(),
             );
         }
@@ -252,6 +270,9 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
         let Some(offsets) = self.offsets_to_commit.remove(&checkpoint_id) else {
             return Ok(());
         };
+        if offsets.is_empty() {
+            return Ok(());
+        }
         self.offsets_to_commit.retain(|id, _| *id > checkpoint_id);
         let mut list = TopicPartitionList::new();
         for (topic, partition, offset) in &offsets {
@@ -259,7 +280,13 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 .map_err(|e| KafkaError::client("building an offset commit", e))?;
         }
         // Only for monitoring: a failed commit loses nothing, the checkpoint has the offsets.
-        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+        // A reader that is done commits synchronously, as it is about to close.
+        let mode = if self.splits.is_empty() && self.no_more_splits {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        if let Err(e) = self.consumer.commit(&list, mode) {
             tracing::warn!(checkpoint_id, error = %e, "committing offsets to the consumer group failed");
         }
         Ok(())
