@@ -571,7 +571,8 @@ mod tests {
 
     /// One encoded batch at `offset`: data records with `values`, or a control marker.
     fn batch(offset: i64, producer_id: i64, transactional: bool, content: Content) -> Vec<u8> {
-        let (control, entries): (bool, Vec<(Option<Bytes>, Option<Bytes>)>) = match content {
+        type KeyValue = (Option<Bytes>, Option<Bytes>);
+        let (control, entries): (bool, Vec<KeyValue>) = match content {
             Content::Data(values) => (
                 false,
                 values
