@@ -4,6 +4,38 @@
 //! live in Weir's checkpoints, and a [`KafkaSink`] that writes one Kafka transaction per
 //! checkpoint and closes the gap between a checkpoint's completion and its transaction's
 //! commit.
+//!
+//! ```no_run
+//! use weir::StreamExecutionEnvironment;
+//! use weir_kafka::sink::StringKeyValueSerializer;
+//! use weir_kafka::{DeliveryGuarantee, KafkaSink, KafkaSource, StartingOffsets, StringValue};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let env = StreamExecutionEnvironment::new(weir::ExecutionConfig::default())?;
+//! let words = env.from_source(
+//!     KafkaSource::builder("127.0.0.1:9092", StringValue)
+//!         .topics(["words"])
+//!         .group_id("word-count")
+//!         .starting_offsets(StartingOffsets::Earliest)
+//!         .build()?,
+//!     "words",
+//! );
+//! words
+//!     .key_by(|w: &String| w.clone())
+//!     .count()
+//!     .map(|(w, n)| (w, n.to_string()))
+//!     .sink_to(
+//!         KafkaSink::builder("127.0.0.1:9092", StringKeyValueSerializer::new("counts"))
+//!             .delivery_guarantee(DeliveryGuarantee::ExactlyOnce)
+//!             .transactional_id_prefix("word-count")
+//!             .build()?,
+//!         "counts",
+//!     )
+//!     .uid("counts");
+//! env.execute("word-count")?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
