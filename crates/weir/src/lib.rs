@@ -41,8 +41,3 @@ pub use runtime::output::Collector;
 pub use state::{
     AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
 };
-
-/// The README's code, compiled and run as a doctest so it cannot go stale.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
