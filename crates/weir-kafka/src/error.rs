@@ -65,10 +65,10 @@ pub enum KafkaError {
         message: String,
     },
     /// A record could not be serialized.
-    #[error("cannot serialize a record for Kafka topic {topic}: {message}")]
+    #[error("cannot serialize a record for the Kafka sink `{sink}`: {message}")]
     Serialize {
-        /// Target topic.
-        topic: String,
+        /// The sink operator.
+        sink: String,
         /// Why.
         message: String,
     },

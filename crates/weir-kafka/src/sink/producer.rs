@@ -1,7 +1,7 @@
 //! A librdkafka producer that reports, per record, where it landed or why it did not.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -13,8 +13,17 @@ use super::transactions::BufferedRecord;
 use crate::client_config::KafkaConnection;
 use crate::error::KafkaError;
 
-/// Where a record landed, or why it did not.
-pub(crate) type Delivery = Result<(i32, i64), String>;
+/// Why a record was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeliveryFailure {
+    /// The record's topic and partition, as `topic-partition`.
+    pub topic: String,
+    /// librdkafka's reason.
+    pub reason: String,
+}
+
+/// Where a record landed (partition, offset), or why it did not.
+pub(crate) type Delivery = Result<(i32, i64), DeliveryFailure>;
 
 /// Collects delivery reports, tagged with the index the writer gave each record, and sends
 /// librdkafka's own logs and errors to `tracing`.
@@ -44,11 +53,10 @@ impl ProducerContext for DeliveryTracker {
     fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
         let report = match result {
             Ok(message) => Ok((message.partition(), message.offset())),
-            Err((error, message)) => Err(format!(
-                "{error} (topic {}, partition {})",
-                message.topic(),
-                message.partition()
-            )),
+            Err((error, message)) => Err(DeliveryFailure {
+                topic: format!("{}-{}", message.topic(), message.partition()),
+                reason: error.to_string(),
+            }),
         };
         if let Ok(mut reports) = self.reports.lock() {
             reports.push((index, report));
@@ -133,11 +141,31 @@ impl TrackedProducer {
     }
 
     /// Waits until every record sent is delivered or failed, and returns their reports.
+    ///
+    /// librdkafka's flush (through `rdkafka`) sleeps in steps of up to 100 ms between checks,
+    /// which would add up to 100 ms to every checkpoint barrier; this asks librdkafka to send
+    /// at once and then polls in 1 ms steps.
     pub fn flush(&self, timeout: Duration) -> Result<Vec<(usize, Delivery)>, KafkaError> {
-        self.producer
-            .flush(timeout)
-            .map_err(|e| KafkaError::client(format!("flushing {}", self.name), e))?;
-        Ok(self.take_reports())
+        let deadline = Instant::now() + timeout;
+        // A zero-timeout flush only wakes the sender (linger is cut short); it reports a
+        // timeout while records are in flight, which is expected here.
+        let _ = self.producer.flush(Duration::ZERO);
+        loop {
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == 0 {
+                return Ok(self.take_reports());
+            }
+            if Instant::now() >= deadline {
+                return Err(KafkaError::Delivery {
+                    topic: self.name.clone(),
+                    message: format!(
+                        "{} records still unacknowledged after {timeout:?}",
+                        self.producer.in_flight_count()
+                    ),
+                });
+            }
+            self.producer.poll(Duration::from_millis(1));
+        }
     }
 
     /// The delivery reports received so far.

@@ -65,6 +65,20 @@ pub struct SubtaskTransactions {
     pub pending: Vec<PendingTransaction>,
 }
 
+/// [`SubtaskTransactions`] by reference, serialized identically, so that a snapshot does not
+/// copy the pending records first.
+#[derive(Debug, Serialize)]
+pub struct SubtaskTransactionsRef<'a> {
+    /// `{prefix}-{operator uid}`.
+    pub id_base: &'a str,
+    /// The subtask.
+    pub subtask: u32,
+    /// Its number of producer slots.
+    pub pool_size: u32,
+    /// Its pending transactions.
+    pub pending: &'a [PendingTransaction],
+}
+
 /// The transactional id of `slot` of `subtask`.
 pub fn transactional_id(id_base: &str, subtask: u32, slot: u32) -> String {
     format!("{id_base}-{subtask}-{slot}")
@@ -168,6 +182,22 @@ mod tests {
                 "p-sink-2-1",
                 "p-sink-2-2"
             ]
+        );
+    }
+
+    #[test]
+    fn the_borrowed_state_reads_back_as_the_owned_one() {
+        let owned = restored(3, &[1, 2]);
+        let borrowed = SubtaskTransactionsRef {
+            id_base: &owned.id_base,
+            subtask: owned.subtask,
+            pool_size: owned.pool_size,
+            pending: &owned.pending,
+        };
+        let bytes = postcard::to_allocvec(&borrowed).unwrap();
+        assert_eq!(
+            postcard::from_bytes::<SubtaskTransactions>(&bytes).unwrap(),
+            owned
         );
     }
 

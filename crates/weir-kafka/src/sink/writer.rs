@@ -9,7 +9,7 @@ use weir::{BoxError, FunctionStateContext, RuntimeContext};
 use super::producer::{Delivery, TrackedProducer};
 use super::transactions::{
     free_slot, id_base, ids_to_fence, restored_for_subtask, transactional_id, BufferedRecord,
-    PendingTransaction, ProbeRecord, SubtaskTransactions,
+    PendingTransaction, ProbeRecord, SubtaskTransactions, SubtaskTransactionsRef,
 };
 use super::{DeliveryGuarantee, SinkSettings};
 use crate::error::KafkaError;
@@ -131,10 +131,10 @@ fn apply_deliveries(
                     });
                 }
             }
-            Err(message) => {
+            Err(failure) => {
                 return Err(KafkaError::Delivery {
-                    topic: record.topic.clone(),
-                    message,
+                    topic: failure.topic,
+                    message: failure.reason,
                 })
             }
         }
@@ -266,7 +266,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
             .serializer
             .serialize(&record)
             .map_err(|message| KafkaError::Serialize {
-                topic: "(unknown)".into(),
+                sink: self.context.operator_name().to_string(),
                 message,
             })?;
         let buffered = BufferedRecord {
@@ -369,11 +369,11 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 records: open.records,
             });
         }
-        let state = SubtaskTransactions {
-            id_base: t.id_base.clone(),
+        let state = SubtaskTransactionsRef {
+            id_base: &t.id_base,
             subtask: self.context.subtask_index(),
             pool_size: self.settings.pool_size,
-            pending: t.pending.clone(),
+            pending: &t.pending,
         };
         ctx.operator_state()
             .update_union_list(TRANSACTIONS_STATE, std::slice::from_ref(&state))?;
@@ -465,11 +465,11 @@ fn check_reports(reports: Vec<(usize, Delivery)>, fail: bool) -> Result<(), Kafk
         if let Err(message) = report {
             if fail {
                 return Err(KafkaError::Delivery {
-                    topic: "(see message)".into(),
-                    message,
+                    topic: message.topic,
+                    message: message.reason,
                 });
             }
-            tracing::warn!(%message, "Kafka record not delivered");
+            tracing::warn!(topic = %message.topic, reason = %message.reason, "Kafka record not delivered");
         }
     }
     Ok(())

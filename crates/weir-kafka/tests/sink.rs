@@ -1,4 +1,4 @@
-//! The exactly-once Kafka sink in-process, against a real broker: the reference pipeline's
+//! The Kafka sink in-process, against a real broker: the reference pipeline's
 //! committed output is exact, also when transactions are fenced — and so aborted by the
 //! broker — between their checkpoint's completion and their commit.
 
@@ -130,6 +130,39 @@ fn an_unreachable_broker_fails_the_exactly_once_sink_clearly() {
     let error = env.execute("unreachable").unwrap_err().to_string();
     assert!(
         error.contains("127.0.0.1:1") && error.contains("unreachable"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_record_that_cannot_be_serialized_fails_the_job_naming_the_sink() {
+    use weir::{ExecutionConfig, RestartStrategyConfig, StreamExecutionEnvironment};
+    use weir_kafka::sink::ProducerRecord;
+    let topic = common::topic("serialize", 1);
+    let env = StreamExecutionEnvironment::new(
+        ExecutionConfig::default()
+            .with_parallelism(1)
+            .with_restart_strategy(RestartStrategyConfig::None),
+    )
+    .unwrap();
+    let sink = weir_kafka::KafkaSink::builder(common::bootstrap(), move |n: &u64| {
+        if *n == 5 {
+            return Err(format!("{n} is not allowed"));
+        }
+        Ok(ProducerRecord {
+            topic: topic.clone(),
+            partition: None,
+            key: None,
+            value: Some(n.to_string().into_bytes()),
+            timestamp: None,
+        })
+    })
+    .build()
+    .unwrap();
+    env.generate(10, |i| i).sink_to(sink, "numbers");
+    let error = env.execute("serialize").unwrap_err().to_string();
+    assert!(
+        error.contains("Sink: numbers") && error.contains("5 is not allowed"),
         "{error}"
     );
 }
