@@ -39,6 +39,8 @@ pub struct WordCountOptions {
     pub checkpoint_dir: Option<PathBuf>,
     /// Resume from the latest retained checkpoint.
     pub resume: bool,
+    /// Start from this savepoint or checkpoint (Flink's `run -s`).
+    pub restore_from: Option<String>,
     /// Stop at the end offsets seen at start (for tests and benchmarks).
     pub bounded: bool,
     /// Words per second over all subtasks (a throttle, so that kill tests hit mid-run).
@@ -63,6 +65,7 @@ impl WordCountOptions {
             checkpoint_interval: Duration::from_millis(500),
             checkpoint_dir: None,
             resume: false,
+            restore_from: None,
             bounded: true,
             rate: None,
             before_commit: None,
@@ -100,7 +103,7 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
         Some(dir) => CheckpointStorageConfig::FileSystem(dir.clone()),
         None => CheckpointStorageConfig::Memory,
     };
-    let config = ExecutionConfig::default()
+    let mut config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
         .with_checkpointing(
             CheckpointConfig::default()
@@ -114,6 +117,9 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
             delay: Duration::from_millis(200),
         })
         .with_resume_from_latest_checkpoint(options.resume);
+    if let Some(path) = &options.restore_from {
+        config = config.with_restore(path.clone(), false);
+    }
     let env =
         StreamExecutionEnvironment::new(config).map_err(|e| KafkaError::Config(e.to_string()))?;
     let mut source = KafkaSource::builder(&options.bootstrap_servers, StringValue)

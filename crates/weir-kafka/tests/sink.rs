@@ -166,3 +166,39 @@ fn a_record_that_cannot_be_serialized_fails_the_job_naming_the_sink() {
         "{error}"
     );
 }
+
+#[test]
+fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
+    let (input, output, expected) = setup(30_000);
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(&input, &output);
+    options.checkpoint_dir = Some(dir.path().to_path_buf());
+    options.rate = Some(10_000.0);
+    let mut savepoint = None;
+    for parallelism in [2, 3] {
+        options.parallelism = parallelism;
+        options.restore_from = savepoint.take();
+        let client = word_count::build(&options)
+            .expect("build")
+            .execute_async(word_count::JOB_NAME)
+            .expect("job starts");
+        std::thread::sleep(Duration::from_millis(1000));
+        let (path, result) = client.stop_with_savepoint().expect("stop with savepoint");
+        assert!(
+            result
+                .operator("Source: words")
+                .map_or(0, |o| o.records_out)
+                > 0,
+            "parallelism {parallelism}: nothing read before the savepoint"
+        );
+        savepoint = Some(path);
+    }
+    options.parallelism = 1;
+    options.rate = None;
+    options.restore_from = savepoint;
+    word_count::build(&options)
+        .expect("build")
+        .execute(word_count::JOB_NAME)
+        .expect("final run");
+    verify(&options, &expected);
+}
