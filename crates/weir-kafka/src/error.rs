@@ -41,6 +41,39 @@ pub enum KafkaError {
         /// Partition index.
         partition: i32,
     },
+    /// An offset is outside the partition's log (deleted by retention, or not written yet).
+    #[error("offset {offset} is outside the log of Kafka partition {topic}-{partition}")]
+    OffsetOutOfRange {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// The offset asked for.
+        offset: i64,
+    },
+    /// A pending transaction's first record is gone from the log, so whether it committed
+    /// cannot be told.
+    #[error("cannot tell whether transaction {transactional_id} of checkpoint {checkpoint_id} committed: its first record {record} is no longer in the log (retention or compaction removed it). Restore from a newer checkpoint, or choose an UnknownOutcome policy for the sink (assume committed: may lose that checkpoint's output; resend: may duplicate it)")]
+    UnknownTransactionOutcome {
+        /// The transactional id.
+        transactional_id: String,
+        /// The checkpoint the transaction belongs to.
+        checkpoint_id: u64,
+        /// `topic-partition@offset` of its first record.
+        record: String,
+    },
+    /// A transactional id got a new producer id between a transaction and its re-send.
+    #[error("transactional id {transactional_id} now has producer id {after} instead of {before} (the id expired or its epochs ran out): re-sending the aborted transaction of checkpoint {checkpoint_id} now could duplicate it after another crash, so the re-send was aborted. Allow it with `allow_resend_under_new_producer_id` if that risk is acceptable")]
+    ProducerIdChanged {
+        /// The transactional id.
+        transactional_id: String,
+        /// The checkpoint the transaction belongs to.
+        checkpoint_id: u64,
+        /// The producer id of the original transaction.
+        before: i64,
+        /// The producer id now.
+        after: i64,
+    },
     /// librdkafka reported an error.
     #[error("Kafka client error while {action}: {source}")]
     Client {

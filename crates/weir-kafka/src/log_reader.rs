@@ -56,6 +56,9 @@ pub enum TransactionOutcome {
     Aborted,
     /// No marker yet: the transaction is still open.
     Open,
+    /// The record is no longer in the log (retention or compaction removed it), so its
+    /// transaction's fate cannot be read.
+    Unknown,
 }
 
 /// A batch of the raw log with what matters for transactions.
@@ -66,6 +69,13 @@ struct RawBatch {
     last_offset: i64,
     /// The whole encoded batch, decoded lazily (data batches may be compressed).
     bytes: Bytes,
+}
+
+/// What one fetch brought.
+struct Fetched {
+    high_watermark: i64,
+    last_stable_offset: i64,
+    records: Option<Bytes>,
 }
 
 /// A blocking connection to one broker.
@@ -276,14 +286,16 @@ impl LogReader {
         Err(last_error.unwrap_or_else(|| KafkaError::Config("no bootstrap servers".into())))
     }
 
-    /// One fetch of `topic`/`partition` at `offset`: the high watermark and the record bytes.
+    /// One fetch of `topic`/`partition` at `offset`, read-uncommitted (every batch and
+    /// marker) unless `read_committed`.
     fn fetch_once(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
         max_bytes: i32,
-    ) -> Result<(i64, Option<Bytes>), KafkaError> {
+        read_committed: bool,
+    ) -> Result<Fetched, KafkaError> {
         let leader = self.leader(topic, partition)?;
         let connection = self.connection(&leader)?;
         let version = connection.version(ApiKey::Fetch, FETCH_VERSION, MIN_FETCH_VERSION)?;
@@ -292,7 +304,7 @@ impl LogReader {
             .with_max_wait_ms(100)
             .with_min_bytes(1)
             .with_max_bytes(max_bytes.max(1 << 20))
-            .with_isolation_level(0)
+            .with_isolation_level(i8::from(read_committed))
             .with_session_epoch(0)
             .with_topics(vec![FetchTopic::default()
                 .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
@@ -319,6 +331,14 @@ impl LogReader {
                 broker: leader.clone(),
                 message: format!("fetch response lacks {topic}-{partition}"),
             })?;
+        // OFFSET_OUT_OF_RANGE
+        if data.error_code == 1 {
+            return Err(KafkaError::OffsetOutOfRange {
+                topic: topic.to_string(),
+                partition,
+                offset,
+            });
+        }
         if data.error_code != 0 {
             return Err(KafkaError::Protocol {
                 broker: leader,
@@ -328,49 +348,69 @@ impl LogReader {
                 ),
             });
         }
-        Ok((data.high_watermark, data.records))
+        Ok(Fetched {
+            high_watermark: data.high_watermark,
+            last_stable_offset: data.last_stable_offset,
+            records: data.records,
+        })
     }
 
-    /// Every batch of `topic`/`partition` from `from_offset` up to the high watermark.
-    fn batches(
+    /// Visits the batches of `topic`/`partition` from the one holding `from_offset` up to
+    /// the high watermark, one fetch at a time, until `visit` returns false.
+    fn scan(
         &mut self,
         topic: &str,
         partition: i32,
         from_offset: i64,
-    ) -> Result<Vec<RawBatch>, KafkaError> {
-        let mut batches = Vec::new();
+        mut visit: impl FnMut(&RawBatch) -> Result<bool, String>,
+    ) -> Result<(), KafkaError> {
         let mut offset = from_offset;
+        let protocol = |message: String| KafkaError::Protocol {
+            broker: format!("{topic}-{partition}"),
+            message,
+        };
         loop {
-            let (high_watermark, records) = self.fetch_once(topic, partition, offset, 8 << 20)?;
-            let before = batches.len();
+            let Fetched {
+                high_watermark,
+                records,
+                ..
+            } = self.fetch_once(topic, partition, offset, 8 << 20, false)?;
+            let mut batches = Vec::new();
             if let Some(records) = records {
-                split_batches(records, &mut batches).map_err(|message| KafkaError::Protocol {
-                    broker: format!("{topic}-{partition}"),
-                    message: format!("at offset {offset}: {message}"),
-                })?;
+                split_batches(records, &mut batches)
+                    .map_err(|message| protocol(format!("at offset {offset}: {message}")))?;
             }
-            // Batches wholly before `offset` can come back when it points into a batch.
-            if let Some(last) = batches[before..].last() {
-                offset = offset.max(last.last_offset + 1);
+            let Some(last) = batches.last().map(|b| b.last_offset) else {
+                return Ok(());
+            };
+            // Batches wholly before `from_offset` can come back when it points into a batch.
+            for batch in batches.iter().filter(|b| b.last_offset >= from_offset) {
+                if !visit(batch).map_err(protocol)? {
+                    return Ok(());
+                }
             }
-            if offset >= high_watermark || batches.len() == before {
-                break;
+            offset = offset.max(last + 1);
+            if offset >= high_watermark {
+                return Ok(());
             }
         }
-        batches.retain(|b| b.last_offset >= from_offset);
-        Ok(batches)
     }
 
-    /// The high watermark of `topic`/`partition` as a fetch response at `from_offset` (any
-    /// offset in the log, e.g. its start) reports it.
-    pub fn high_watermark(
+    /// The last stable offset of `topic`/`partition` (the end of what `read_committed`
+    /// consumers can read) as a read-committed fetch response at `from_offset` (any offset in
+    /// the log, e.g. its start) reports it.
+    pub fn last_stable_offset(
         &mut self,
         topic: &str,
         partition: i32,
         from_offset: i64,
     ) -> Result<i64, KafkaError> {
-        let (high_watermark, _) = self.fetch_once(topic, partition, from_offset, 1)?;
-        Ok(high_watermark)
+        let fetched = self.fetch_once(topic, partition, from_offset, 1, true)?;
+        Ok(if fetched.last_stable_offset >= 0 {
+            fetched.last_stable_offset
+        } else {
+            fetched.high_watermark
+        })
     }
 
     /// The records of `topic`/`partition` that are committed — non-transactional records and
@@ -381,7 +421,11 @@ impl LogReader {
         topic: &str,
         partition: i32,
     ) -> Result<Vec<LogRecord>, KafkaError> {
-        let batches = self.batches(topic, partition, 0)?;
+        let mut batches = Vec::new();
+        self.scan(topic, partition, 0, |batch| {
+            batches.push(batch.clone());
+            Ok(true)
+        })?;
         fold_committed(batches).map_err(|message| KafkaError::Protocol {
             broker: format!("{topic}-{partition}"),
             message,
@@ -391,46 +435,73 @@ impl LogReader {
     /// Whether the data of the transaction that wrote the record at `offset` of
     /// `topic`/`partition` is committed. Any COMMIT marker of the same producer id after
     /// that record means yes: the exactly-once sink re-sends an aborted transaction's
-    /// records (the probe record included) under the same transactional id — hence the
-    /// same producer id — and reuses that id for new data only once the commit is
-    /// confirmed. Otherwise an ABORT marker means aborted, and no marker means open.
+    /// records (the probe record included) under the same transactional id — and checks that
+    /// the producer id is still the same — and reuses that id for new data only once the
+    /// commit is confirmed. Otherwise an ABORT marker means aborted, and no marker means open.
+    /// [`TransactionOutcome::Unknown`]: the record is no longer in the log.
     pub fn transaction_outcome(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
     ) -> Result<TransactionOutcome, KafkaError> {
-        let batches = self.batches(topic, partition, offset)?;
-        let Some(first) = batches
-            .iter()
-            .find(|b| !b.info.control && b.info.min_offset <= offset && offset <= b.last_offset)
-        else {
-            return Err(KafkaError::Protocol {
-                broker: format!("{topic}-{partition}"),
-                message: format!("no record at offset {offset} (deleted by retention?)"),
-            });
-        };
-        if !first.info.transactional {
-            return Ok(TransactionOutcome::Committed);
-        }
-        let producer = first.info.producer_id;
-        let mut outcome = TransactionOutcome::Open;
-        for batch in batches
-            .iter()
-            .filter(|b| b.info.min_offset > first.last_offset)
-        {
-            if batch.info.control && batch.info.producer_id == producer {
-                let marker = control_outcome(batch).map_err(|message| KafkaError::Protocol {
-                    broker: format!("{topic}-{partition}"),
-                    message,
-                })?;
-                if marker == TransactionOutcome::Committed {
-                    return Ok(marker);
+        let mut producer: Option<(i64, i64)> = None;
+        let mut outcome = TransactionOutcome::Unknown;
+        let scanned = self.scan(topic, partition, offset, |batch| {
+            let Some((producer_id, after)) = producer else {
+                if batch.info.control || batch.info.min_offset > offset {
+                    // The record is gone (compacted away).
+                    return Ok(false);
                 }
-                outcome = marker;
+                if !batch.info.transactional {
+                    outcome = TransactionOutcome::Committed;
+                    return Ok(false);
+                }
+                producer = Some((batch.info.producer_id, batch.last_offset));
+                outcome = TransactionOutcome::Open;
+                return Ok(true);
+            };
+            if batch.info.control
+                && batch.info.producer_id == producer_id
+                && batch.info.min_offset > after
+            {
+                match control_outcome(batch)? {
+                    TransactionOutcome::Committed => {
+                        outcome = TransactionOutcome::Committed;
+                        return Ok(false);
+                    }
+                    marker => outcome = marker,
+                }
             }
+            Ok(true)
+        });
+        match scanned {
+            Ok(()) => Ok(outcome),
+            Err(KafkaError::OffsetOutOfRange { .. }) => Ok(TransactionOutcome::Unknown),
+            Err(e) => Err(e),
         }
-        Ok(outcome)
+    }
+
+    /// The producer id that wrote the record at `offset` (`None`: the record is gone).
+    pub fn producer_id_at(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Option<i64>, KafkaError> {
+        let mut producer = None;
+        let scanned = self.scan(topic, partition, offset, |batch| {
+            if !batch.info.control && batch.info.min_offset <= offset && offset <= batch.last_offset
+            {
+                producer = Some(batch.info.producer_id);
+            }
+            Ok(false)
+        });
+        match scanned {
+            Ok(()) => Ok(producer),
+            Err(KafkaError::OffsetOutOfRange { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Like [`LogReader::transaction_outcome`], but waits up to `patience` for an open

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
@@ -77,26 +77,6 @@ impl WordCountOptions {
 /// The job's name (and its checkpoint directory's).
 pub const JOB_NAME: &str = "kafka-word-count";
 
-/// Paces a subtask to `rate` records per second.
-#[derive(Clone)]
-struct Throttle {
-    rate: f64,
-    started: Option<Instant>,
-    seen: u64,
-}
-
-impl Throttle {
-    fn pace(&mut self) {
-        let started = *self.started.get_or_insert_with(Instant::now);
-        self.seen += 1;
-        let due = Duration::from_secs_f64(self.seen as f64 / self.rate);
-        let elapsed = started.elapsed();
-        if due > elapsed + Duration::from_millis(2) {
-            std::thread::sleep(due - elapsed);
-        }
-    }
-}
-
 /// Builds the pipeline in a new environment.
 pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, KafkaError> {
     let storage = match &options.checkpoint_dir {
@@ -128,6 +108,9 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     if options.bounded {
         source = source.bounded();
     }
+    if let Some(rate) = options.rate {
+        source = source.rate_limit(rate);
+    }
     let output_topic = options.output_topic.clone();
     let mut sink = KafkaSink::builder(
         &options.bootstrap_servers,
@@ -147,21 +130,8 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     if let Some(hook) = options.before_commit.clone() {
         sink = sink.before_commit(move |c, id| hook(c, id));
     }
-    let mut words = env.from_source(source.build()?, "words").uid("kafka-words");
-    if let Some(rate) = options.rate {
-        let mut throttle = Throttle {
-            rate: rate / f64::from(options.parallelism.max(1)),
-            started: None,
-            seen: 0,
-        };
-        words = words
-            .map(move |w: String| {
-                throttle.pace();
-                w
-            })
-            .name("throttle");
-    }
-    words
+    env.from_source(source.build()?, "words")
+        .uid("kafka-words")
         .key_by(|w: &String| w.clone())
         .count()
         .name("count per word")
@@ -201,8 +171,9 @@ pub fn committed_counts(
     Ok(out)
 }
 
-/// Checks running counts against the input's word frequencies: with `exactly`, every
-/// `(word, i)` for `i` in `1..=n(word)` appears exactly once and nothing else does;
+/// Checks running counts (in log order) against the input's word frequencies: with
+/// `exactly`, every `(word, i)` for `i` in `1..=n(word)` appears exactly once, in increasing
+/// order of `i` (a word's counts all go to one partition), and nothing else appears;
 /// otherwise each appears at least once (at-least-once: duplicates allowed, no loss).
 pub fn verify_counts(
     committed: &[(String, u64)],
@@ -227,6 +198,17 @@ pub fn verify_counts(
     for (word, count) in seen.keys() {
         if expected.get(*word).is_none_or(|n| *count == 0 || count > n) {
             problems.push(format!("unexpected ({word}, {count})"));
+        }
+    }
+    if exactly {
+        let mut last: HashMap<&str, u64> = HashMap::new();
+        for (word, count) in committed {
+            let previous = last.insert(word.as_str(), *count).unwrap_or(0);
+            if *count <= previous {
+                problems.push(format!(
+                    "({word}, {count}) comes after ({word}, {previous})"
+                ));
+            }
         }
     }
     if problems.is_empty() {
@@ -305,6 +287,11 @@ mod tests {
     fn exact_counts_pass_and_every_deviation_is_named() {
         let good = pairs(&[("a", 1), ("b", 1), ("a", 2)]);
         assert_eq!(verify_counts(&good, &expected(), true), Ok(()));
+        let reordered = pairs(&[("a", 2), ("b", 1), ("a", 1)]);
+        assert!(verify_counts(&reordered, &expected(), true)
+            .unwrap_err()
+            .contains("(a, 1) comes after (a, 2)"));
+        assert_eq!(verify_counts(&reordered, &expected(), false), Ok(()));
         let missing = pairs(&[("a", 1), ("b", 1)]);
         assert!(verify_counts(&missing, &expected(), true)
             .unwrap_err()

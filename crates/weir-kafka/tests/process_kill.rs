@@ -17,7 +17,7 @@ use weir_kafka::client_config::KafkaConnection;
 use weir_kafka::word_count;
 
 const PARTITIONS: i32 = 3;
-const RECORDS: u64 = 20_000;
+const RECORDS: u64 = 30_000;
 
 fn seeds(default: u64) -> Vec<u64> {
     if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
@@ -160,9 +160,18 @@ fn run_with_kills(guarantee: &str, seed: u64) {
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
     );
-    // 2. Killed between a checkpoint's completion and its commit.
+    // 2. Killed between a checkpoint's completion and its commit (the job cannot have
+    //    finished in step 1, which killed it right after an early checkpoint).
     let mut child = job.spawn(true, true);
-    wait_bounded(&mut child, Duration::from_secs(120), "kill before commit");
+    let status = wait_bounded(&mut child, Duration::from_secs(120), "kill before commit");
+    if guarantee == "exactly_once" {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "step 2 was not killed before a commit: {status}"
+        );
+    }
     // 3. Killed while restoring or shortly after.
     let mut child = job.spawn(true, false);
     kill_after(&mut child, Duration::from_millis(rng.below(400)));

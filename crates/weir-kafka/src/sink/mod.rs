@@ -11,6 +11,7 @@
 //!   duplicated.
 
 pub mod producer;
+pub mod recovery;
 pub mod serializer;
 pub mod transactions;
 pub mod writer;
@@ -54,6 +55,18 @@ impl std::str::FromStr for DeliveryGuarantee {
     }
 }
 
+/// What to do when a pending transaction's first record is gone from the log (retention or
+/// compaction removed it), so its fate cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownOutcome {
+    /// Fail the job, naming the transaction (default).
+    Fail,
+    /// Assume it committed: its output is lost if it did not.
+    AssumeCommitted,
+    /// Send its records again: they are duplicated if it had committed.
+    Resend,
+}
+
 /// Everything the writers share.
 pub(crate) struct SinkSettings<T> {
     pub connection: KafkaConnection,
@@ -64,6 +77,8 @@ pub(crate) struct SinkSettings<T> {
     pub transaction_timeout: Duration,
     pub operation_timeout: Duration,
     pub before_commit: Option<BeforeCommitHook>,
+    pub unknown_outcome: UnknownOutcome,
+    pub allow_resend_under_new_producer_id: bool,
 }
 
 /// Called with a checkpoint id and a transactional id right before that transaction commits.
@@ -89,6 +104,8 @@ impl<T: Send + 'static> KafkaSink<T> {
             transaction_timeout: Duration::from_secs(15 * 60),
             operation_timeout: Duration::from_secs(60),
             before_commit: None,
+            unknown_outcome: UnknownOutcome::Fail,
+            allow_resend_under_new_producer_id: false,
         }
     }
 }
@@ -103,9 +120,24 @@ pub struct KafkaSinkBuilder<T> {
     transaction_timeout: Duration,
     operation_timeout: Duration,
     before_commit: Option<BeforeCommitHook>,
+    unknown_outcome: UnknownOutcome,
+    allow_resend_under_new_producer_id: bool,
 }
 
 impl<T: Send + 'static> KafkaSinkBuilder<T> {
+    /// What recovery does when a pending transaction's first record is gone from the log
+    /// (default: fail the job, naming it).
+    pub fn on_unknown_transaction_outcome(mut self, policy: UnknownOutcome) -> Self {
+        self.unknown_outcome = policy;
+        self
+    }
+    /// Lets recovery re-send an aborted transaction even though its transactional id got a
+    /// new producer id since (default: no, the job fails, because a second crash before the
+    /// next checkpoint would then duplicate the re-sent records).
+    pub fn allow_resend_under_new_producer_id(mut self, allow: bool) -> Self {
+        self.allow_resend_under_new_producer_id = allow;
+        self
+    }
     /// Calls `hook` with the checkpoint id and transactional id right before each commit:
     /// the moment between a checkpoint's completion and its transaction's commit, for
     /// fault-injection tests (kill the process, fence the producer) and for monitoring.
@@ -125,9 +157,10 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
         self.transactional_id_prefix = Some(prefix.into());
         self
     }
-    /// Producers per subtask (default 5): a transaction holds one from its first record
-    /// until its checkpoint's commit is confirmed, so this bounds the checkpoints that can be
-    /// pending at once.
+    /// Producers per subtask to start with (default 5): a transaction holds one from its
+    /// first record until its checkpoint's commit is confirmed. The pool grows when all are
+    /// held (checkpoints that fail keep their transactions pending until a later one
+    /// completes), with a warning.
     pub fn transaction_pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self
@@ -172,6 +205,19 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
             }
             (_, p) => p.unwrap_or_default(),
         };
+        let security = self
+            .connection
+            .properties
+            .get("security.protocol")
+            .map(|p| p.to_ascii_lowercase());
+        if self.guarantee == DeliveryGuarantee::ExactlyOnce
+            && security.as_deref().is_some_and(|p| p != "plaintext")
+        {
+            return Err(KafkaError::Config(format!(
+                "the exactly-once Kafka sink reads the log over a plaintext connection to recover transactions; security.protocol={} is not supported yet",
+                security.unwrap_or_default()
+            )));
+        }
         if self.pool_size < 2 {
             return Err(KafkaError::Config(format!(
                 "transaction pool size {} is too small: one transaction is pending while the next one is written, so at least 2",
@@ -193,6 +239,8 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
                 transaction_timeout: self.transaction_timeout,
                 operation_timeout: self.operation_timeout,
                 before_commit: self.before_commit,
+                unknown_outcome: self.unknown_outcome,
+                allow_resend_under_new_producer_id: self.allow_resend_under_new_producer_id,
             }),
         })
     }

@@ -9,7 +9,7 @@ use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::Message;
 
-use super::transactions::BufferedRecord;
+use super::transactions::{BufferedRecord, ProbeRecord};
 use crate::client_config::KafkaConnection;
 use crate::error::KafkaError;
 
@@ -206,4 +206,49 @@ impl TrackedProducer {
             KafkaError::client(format!("aborting the transaction of {}", self.name), e)
         })
     }
+}
+
+/// Checks a transaction's delivery reports: fills in the partition each record went to and
+/// returns the probe (the first record's position); fails on the first undelivered record.
+pub(crate) fn apply_deliveries(
+    records: &mut [BufferedRecord],
+    reports: Vec<(usize, Delivery)>,
+) -> Result<Option<ProbeRecord>, KafkaError> {
+    let mut probe = None;
+    let mut delivered = 0usize;
+    for (index, report) in reports {
+        let Some(record) = records.get_mut(index) else {
+            continue;
+        };
+        match report {
+            Ok((partition, offset)) => {
+                record.partition = partition;
+                delivered += 1;
+                if index == 0 {
+                    probe = Some(ProbeRecord {
+                        topic: record.topic.clone(),
+                        partition,
+                        offset,
+                    });
+                }
+            }
+            Err(failure) => {
+                return Err(KafkaError::Delivery {
+                    topic: failure.topic,
+                    message: failure.reason,
+                })
+            }
+        }
+    }
+    if delivered != records.len() {
+        return Err(KafkaError::Delivery {
+            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
+            message: format!(
+                "{} of {} records of the transaction were not acknowledged",
+                records.len().saturating_sub(delivered),
+                records.len()
+            ),
+        });
+    }
+    Ok(probe)
 }

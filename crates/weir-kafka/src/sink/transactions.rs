@@ -103,19 +103,23 @@ pub fn restored_for_subtask(
         .collect()
 }
 
-/// Every transactional id subtask `subtask` must fence before writing: its own slots and
-/// those of the restored subtasks it handles (deduplicated, in a stable order).
+/// Every transactional id a subtask must fence before writing: its own slots (`own`: id
+/// base, subtask, pool size; none when it writes without transactions) and those of the
+/// restored subtasks it handles — their recorded slots plus one, because the pool may have
+/// grown by one after their last checkpoint (deduplicated, in a stable order).
 pub fn ids_to_fence(
-    own_base: &str,
-    subtask: u32,
-    pool_size: u32,
+    own: Option<(&str, u32, u32)>,
     handled: &[&SubtaskTransactions],
 ) -> Vec<String> {
-    let mut ids: Vec<String> = (0..pool_size)
-        .map(|slot| transactional_id(own_base, subtask, slot))
-        .collect();
+    let mut ids: Vec<String> = own
+        .map(|(base, subtask, pool_size)| {
+            (0..pool_size)
+                .map(|slot| transactional_id(base, subtask, slot))
+                .collect()
+        })
+        .unwrap_or_default();
     for restored in handled {
-        for slot in 0..restored.pool_size {
+        for slot in 0..=restored.pool_size {
             ids.push(transactional_id(&restored.id_base, restored.subtask, slot));
         }
     }
@@ -171,18 +175,22 @@ mod tests {
     fn fencing_covers_own_and_inherited_slots_once() {
         let old = [restored(0, &[]), restored(2, &[])];
         let handled = restored_for_subtask(&old, 0, 2);
-        let ids = ids_to_fence("p-sink", 0, 3, &handled);
+        let ids = ids_to_fence(Some(("p-sink", 0, 3)), &handled);
         assert_eq!(
             ids,
             vec![
                 "p-sink-0-0",
                 "p-sink-0-1",
                 "p-sink-0-2",
+                "p-sink-0-3",
                 "p-sink-2-0",
                 "p-sink-2-1",
-                "p-sink-2-2"
+                "p-sink-2-2",
+                "p-sink-2-3"
             ]
         );
+        // Without transactions of its own, a subtask still fences what it inherits.
+        assert_eq!(ids_to_fence(None, &handled).len(), 8);
     }
 
     #[test]

@@ -2,24 +2,29 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use weir::connectors::sink::SinkWriter;
 use weir::{BoxError, FunctionStateContext, RuntimeContext};
 
-use super::producer::{Delivery, TrackedProducer};
+use super::producer::{apply_deliveries, Delivery, TrackedProducer};
+use super::recovery::{fence, resolve};
 use super::transactions::{
     free_slot, id_base, ids_to_fence, restored_for_subtask, transactional_id, BufferedRecord,
-    PendingTransaction, ProbeRecord, SubtaskTransactions, SubtaskTransactionsRef,
+    PendingTransaction, SubtaskTransactions, SubtaskTransactionsRef,
 };
 use super::{DeliveryGuarantee, SinkSettings};
 use crate::error::KafkaError;
-use crate::log_reader::{LogReader, TransactionOutcome};
+use crate::log_reader::LogReader;
 
 /// Union list state: one [`SubtaskTransactions`] per subtask.
 const TRANSACTIONS_STATE: &str = "kafka-sink-transactions";
 
 /// Writes between two polls of the producer's delivery callbacks.
 const POLL_EVERY: u32 = 1024;
+
+/// How long aborting the open transaction may take when the writer goes away.
+const ABORT_ON_DROP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A transaction being written.
 struct OpenTransaction {
@@ -30,11 +35,10 @@ struct OpenTransaction {
 /// The exactly-once machinery of one subtask.
 struct Transactional {
     id_base: String,
-    /// One producer per slot (created and fenced in `initialize_state`).
+    /// One producer per slot (fenced in `initialize_state`; grown when all are held).
     pool: Vec<Option<TrackedProducer>>,
     current: Option<OpenTransaction>,
     pending: Vec<PendingTransaction>,
-    log_reader: LogReader,
 }
 
 enum Mode {
@@ -50,6 +54,7 @@ pub struct KafkaSinkWriter<T> {
     settings: Arc<SinkSettings<T>>,
     context: RuntimeContext,
     mode: Mode,
+    log_reader: LogReader,
     writes_since_poll: u32,
 }
 
@@ -64,183 +69,151 @@ impl<T> KafkaSinkWriter<T> {
                 pool: Vec::new(),
                 current: None,
                 pending: Vec::new(),
-                log_reader: LogReader::new(
-                    &settings.connection.bootstrap_servers,
-                    settings.connection.request_timeout,
-                ),
             })),
             guarantee => Mode::Plain {
                 producer: TrackedProducer::create(&settings.connection, None, 0)?,
                 at_least_once: guarantee == DeliveryGuarantee::AtLeastOnce,
             },
         };
+        let log_reader = LogReader::new(
+            &settings.connection.bootstrap_servers,
+            settings.connection.request_timeout,
+        );
         Ok(Self {
             settings,
             context,
             mode,
+            log_reader,
             writes_since_poll: 0,
         })
     }
 
-    fn transactional_producer(&self, id: &str) -> Result<TrackedProducer, KafkaError> {
-        let timeout_ms =
-            u64::try_from(self.settings.transaction_timeout.as_millis()).unwrap_or(u64::MAX);
-        let producer = TrackedProducer::create(&self.settings.connection, Some(id), timeout_ms)?;
-        producer
-            .init_transactions(self.settings.operation_timeout)
-            .map_err(|e| match e {
-                KafkaError::Client { source, .. }
-                    if matches!(
-                        source.rdkafka_error_code(),
-                        Some(rdkafka::types::RDKafkaErrorCode::OperationTimedOut)
-                            | Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown)
-                    ) =>
-                {
-                    KafkaError::BrokerUnreachable {
-                        servers: self.settings.connection.bootstrap_servers.clone(),
-                        detail: format!("initializing transactional id {id}: {source}"),
-                    }
-                }
-                other => other,
-            })?;
-        Ok(producer)
-    }
-}
-
-/// Checks delivery reports: fills in the partition each record went to and returns the
-/// probe (the first record's position); fails on the first undelivered record.
-fn apply_deliveries(
-    records: &mut [BufferedRecord],
-    reports: Vec<(usize, Delivery)>,
-) -> Result<Option<ProbeRecord>, KafkaError> {
-    let mut probe = None;
-    let mut delivered = 0usize;
-    for (index, report) in reports {
-        let Some(record) = records.get_mut(index) else {
-            continue;
-        };
-        match report {
-            Ok((partition, offset)) => {
-                record.partition = partition;
-                delivered += 1;
-                if index == 0 {
-                    probe = Some(ProbeRecord {
-                        topic: record.topic.clone(),
-                        partition,
-                        offset,
-                    });
-                }
-            }
-            Err(failure) => {
-                return Err(KafkaError::Delivery {
-                    topic: failure.topic,
-                    message: failure.reason,
-                })
-            }
-        }
-    }
-    if delivered != records.len() {
-        return Err(KafkaError::Delivery {
-            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
-            message: format!(
-                "{} of {} records of the transaction were not acknowledged",
-                records.len() - delivered,
-                records.len()
-            ),
-        });
-    }
-    Ok(probe)
-}
-
-/// Sends `records` again in a new transaction on `producer` and commits it.
-fn resend(
-    producer: &TrackedProducer,
-    records: &mut [BufferedRecord],
-    timeout: std::time::Duration,
-) -> Result<(), KafkaError> {
-    producer.begin_transaction()?;
-    for (index, record) in records.iter().enumerate() {
-        producer.send(record, index)?;
-    }
-    let reports = producer.flush(timeout)?;
-    apply_deliveries(records, reports)?;
-    producer.commit_transaction(timeout)
-}
-
-impl Transactional {
-    /// Makes sure the data of `pending` is committed: it is, or it is sent again now.
-    /// `producer` carries the transaction's own id and has been fenced already.
-    fn resolve(
-        &mut self,
-        producer: &TrackedProducer,
-        pending: &mut PendingTransaction,
-        timeout: std::time::Duration,
-    ) -> Result<(), KafkaError> {
-        let Some(probe) = &pending.probe else {
+    /// Commits the pending transactions of checkpoints up to `checkpoint_id`, oldest first.
+    fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), KafkaError> {
+        let Mode::ExactlyOnce(t) = &mut self.mode else {
             return Ok(());
         };
-        let outcome = self.log_reader.await_transaction_outcome(
-            &probe.topic,
-            probe.partition,
-            probe.offset,
-            timeout,
-        )?;
-        match outcome {
-            TransactionOutcome::Committed => {
-                tracing::info!(
-                    checkpoint_id = pending.checkpoint_id,
-                    transactional_id = producer.name(),
-                    "transaction of a completed checkpoint is committed"
-                );
-                Ok(())
+        t.pending.sort_by_key(|p| p.checkpoint_id);
+        while t
+            .pending
+            .first()
+            .is_some_and(|p| p.checkpoint_id <= checkpoint_id)
+        {
+            let mut p = t.pending.remove(0);
+            let producer = pool_producer(&t.pool, p.slot)?;
+            if let Some(hook) = &self.settings.before_commit {
+                hook(p.checkpoint_id, producer.name());
             }
-            TransactionOutcome::Aborted => {
-                tracing::warn!(
-                    checkpoint_id = pending.checkpoint_id,
-                    transactional_id = producer.name(),
-                    records = pending.records.len(),
-                    "the broker aborted the transaction of a completed checkpoint; sending its records again"
-                );
-                resend(producer, &mut pending.records, timeout)
+            let Err(e) = producer.commit_transaction(self.settings.operation_timeout) else {
+                continue;
+            };
+            // The broker may have aborted it (timeout) or a zombie fenced it. Re-sending it
+            // now is right only if nothing written after it is in the log yet, or the
+            // re-sent records would follow newer ones for the same keys.
+            if !t.pending.is_empty() {
+                t.pending.insert(0, p);
+                return Err(KafkaError::Protocol {
+                    broker: self.settings.connection.bootstrap_servers.clone(),
+                    message: format!(
+                        "committing the transaction of checkpoint {checkpoint_id} failed ({e}) while later transactions are pending; failing so that recovery settles them in order"
+                    ),
+                });
             }
-            TransactionOutcome::Open => Err(KafkaError::Protocol {
-                broker: format!("{}-{}", probe.topic, probe.partition),
-                message: format!(
-                    "the transaction of checkpoint {} on {} is still open after fencing",
-                    pending.checkpoint_id,
-                    producer.name()
-                ),
-            }),
+            tracing::warn!(checkpoint_id = p.checkpoint_id, error = %e, "commit failed; checking the transaction's fate");
+            // The open transaction's records go back in after the re-sent ones.
+            if let Some(open) = &t.current {
+                let producer = pool_producer(&t.pool, open.slot)?;
+                producer.abort_transaction(self.settings.operation_timeout)?;
+                producer.poll();
+                let _ = producer.take_reports();
+            }
+            let id = transactional_id(&t.id_base, self.context.subtask_index(), p.slot);
+            if let Some(slot) = t.pool.get_mut(p.slot as usize) {
+                *slot = None;
+            }
+            let fresh = fence(&self.settings, &id)?;
+            resolve(&self.settings, &mut self.log_reader, &fresh, &mut p)?;
+            if let Some(slot) = t.pool.get_mut(p.slot as usize) {
+                *slot = Some(fresh);
+            }
+            if let Some(open) = &t.current {
+                let producer = pool_producer(&t.pool, open.slot)?;
+                producer.begin_transaction()?;
+                for (index, record) in open.records.iter().enumerate() {
+                    producer.send(record, index)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Aborts the open transaction (best effort): its records were never part of a
+    /// checkpoint, and an open transaction would hold back `read_committed` consumers until
+    /// the broker's timeout.
+    fn abort_open(&mut self, timeout: Duration) {
+        if let Mode::ExactlyOnce(t) = &mut self.mode {
+            if let Some(open) = t.current.take() {
+                if let Ok(producer) = pool_producer(&t.pool, open.slot) {
+                    if let Err(e) = producer.abort_transaction(timeout) {
+                        tracing::warn!(transactional_id = producer.name(), error = %e, "could not abort the open transaction; a restart fences it");
+                    }
+                }
+            }
         }
     }
 }
 
 impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
-        if !matches!(self.mode, Mode::ExactlyOnce(_)) {
-            return Ok(());
-        }
+        // Restored transactions are settled whatever the guarantee is now: they belong to
+        // completed checkpoints.
         let restored: Vec<SubtaskTransactions> =
             ctx.operator_state().get_union_list(TRANSACTIONS_STATE)?;
         let subtask = self.context.subtask_index();
-        let parallelism = self.context.parallelism();
-        let pool_size = self.settings.pool_size;
-        let timeout = self.settings.operation_timeout;
-        let own_base = match &self.mode {
-            Mode::ExactlyOnce(t) => t.id_base.clone(),
-            Mode::Plain { .. } => return Ok(()),
+        let handled = restored_for_subtask(&restored, subtask, self.context.parallelism());
+        let own = match &self.mode {
+            Mode::ExactlyOnce(t) => Some((t.id_base.clone(), self.settings.pool_size)),
+            Mode::Plain { .. } => None,
         };
-        let handled = restored_for_subtask(&restored, subtask, parallelism);
         // Fencing every id first aborts whatever the failed run left open, before any
         // pending transaction is judged by its markers.
+        let ids = ids_to_fence(
+            own.as_ref()
+                .map(|(base, size)| (base.as_str(), subtask, *size)),
+            &handled,
+        );
+        let started = std::time::Instant::now();
+        let count = ids.len();
+        // One coordinator round trip each, independent of one another: in parallel.
+        let settings = &self.settings;
+        let results: Vec<(String, Result<TrackedProducer, KafkaError>)> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = ids
+                    .into_iter()
+                    .map(|id| {
+                        scope.spawn(move || {
+                            let producer = fence(settings, &id);
+                            (id, producer)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                String::new(),
+                                Err(KafkaError::Config("fencing thread panicked".into())),
+                            )
+                        })
+                    })
+                    .collect()
+            });
         let mut fenced: HashMap<String, TrackedProducer> = HashMap::new();
-        for id in ids_to_fence(&own_base, subtask, pool_size, &handled) {
-            let producer = self.transactional_producer(&id)?;
-            fenced.insert(id, producer);
+        for (id, producer) in results {
+            fenced.insert(id, producer?);
         }
-        let Mode::ExactlyOnce(transactional) = &mut self.mode else {
-            return Ok(());
-        };
+        tracing::info!(subtask, count, elapsed = ?started.elapsed(), "fenced transactional ids");
         for entry in &handled {
             let mut pending = entry.pending.clone();
             pending.sort_by_key(|p| p.checkpoint_id);
@@ -249,12 +222,14 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 let producer = fenced.get(&id).ok_or_else(|| {
                     KafkaError::Config(format!("restored transaction names unknown slot {id}"))
                 })?;
-                transactional.resolve(producer, &mut p, timeout)?;
+                resolve(&self.settings, &mut self.log_reader, producer, &mut p)?;
             }
         }
-        transactional.pool = (0..pool_size)
-            .map(|slot| fenced.remove(&transactional_id(&own_base, subtask, slot)))
-            .collect();
+        if let (Mode::ExactlyOnce(t), Some((base, size))) = (&mut self.mode, own) {
+            t.pool = (0..size)
+                .map(|slot| fenced.remove(&transactional_id(&base, subtask, slot)))
+                .collect();
+        }
         ctx.operator_state()
             .update_union_list::<SubtaskTransactions>(TRANSACTIONS_STATE, &[])?;
         Ok(())
@@ -289,19 +264,25 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 producer.send(&buffered, 0)?;
                 if poll {
                     producer.poll();
-                    check_plain_reports(producer, *at_least_once)?;
+                    check_reports(producer.take_reports(), *at_least_once)?;
                 }
             }
             Mode::ExactlyOnce(t) => {
                 if t.current.is_none() {
-                    let slot = free_slot(&t.pending, self.settings.pool_size).ok_or_else(|| {
-                        KafkaError::Config(format!(
-                            "all {} transactional producers hold transactions of pending checkpoints; raise the transaction pool size or lower max concurrent checkpoints",
-                            self.settings.pool_size
-                        ))
-                    })?;
-                    let producer = pool_producer(&t.pool, slot)?;
-                    producer.begin_transaction()?;
+                    let slot = match free_slot(&t.pending, t.pool.len() as u32) {
+                        Some(slot) => slot,
+                        None => {
+                            // Every producer holds a pending transaction (checkpoints have been
+                            // failing): grow the pool rather than stop.
+                            let slot = t.pool.len() as u32;
+                            let id =
+                                transactional_id(&t.id_base, self.context.subtask_index(), slot);
+                            tracing::warn!(transactional_id = %id, pending = t.pending.len(), "all transactional producers hold pending transactions; adding one");
+                            t.pool.push(Some(fence(&self.settings, &id)?));
+                            slot
+                        }
+                    };
+                    pool_producer(&t.pool, slot)?.begin_transaction()?;
                     t.current = Some(OpenTransaction {
                         slot,
                         records: Vec::new(),
@@ -372,7 +353,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
         let state = SubtaskTransactionsRef {
             id_base: &t.id_base,
             subtask: self.context.subtask_index(),
-            pool_size: self.settings.pool_size,
+            pool_size: t.pool.len() as u32,
             pending: &t.pending,
         };
         ctx.operator_state()
@@ -381,64 +362,20 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
-        let timeout = self.settings.operation_timeout;
-        let Mode::ExactlyOnce(t) = &mut self.mode else {
-            return Ok(());
-        };
-        t.pending.sort_by_key(|p| p.checkpoint_id);
-        while t
-            .pending
-            .first()
-            .is_some_and(|p| p.checkpoint_id <= checkpoint_id)
-        {
-            let mut p = t.pending.remove(0);
-            let producer = pool_producer(&t.pool, p.slot)?;
-            if let Some(hook) = &self.settings.before_commit {
-                hook(p.checkpoint_id, producer.name());
-            }
-            match producer.commit_transaction(timeout) {
-                Ok(()) => {}
-                Err(e) => {
-                    // The broker may have aborted it, or a zombie fenced it: find out from the
-                    // log and re-send if needed, under the same id.
-                    tracing::warn!(checkpoint_id = p.checkpoint_id, error = %e, "commit failed; checking the transaction's fate");
-                    let id = producer.name().to_string();
-                    let slot = p.slot as usize;
-                    if let Some(old) = t.pool.get_mut(slot) {
-                        *old = None;
-                    }
-                    let fresh = {
-                        let timeout_ms =
-                            u64::try_from(self.settings.transaction_timeout.as_millis())
-                                .unwrap_or(u64::MAX);
-                        let fresh = TrackedProducer::create(
-                            &self.settings.connection,
-                            Some(&id),
-                            timeout_ms,
-                        )?;
-                        fresh.init_transactions(timeout)?;
-                        fresh
-                    };
-                    t.resolve(&fresh, &mut p, timeout)?;
-                    if let Some(entry) = t.pool.get_mut(slot) {
-                        *entry = Some(fresh);
-                    }
-                }
-            }
-        }
-        Ok(())
+        Ok(self.commit_up_to(checkpoint_id)?)
     }
 
     fn close(&mut self) -> Result<(), BoxError> {
-        if let Mode::ExactlyOnce(t) = &mut self.mode {
-            if let Some(open) = t.current.take() {
-                if let Ok(producer) = pool_producer(&t.pool, open.slot) {
-                    // Best effort: a restart fences the id and aborts it anyway.
-                    let _ = producer.abort_transaction(self.settings.operation_timeout);
-                }
-            }
-        }
+        self.abort_open(self.settings.operation_timeout);
         Ok(())
+    }
+}
+
+impl<T> Drop for KafkaSinkWriter<T> {
+    fn drop(&mut self) {
+        // Cancelled, failed or stopped with a savepoint: what was written after the last
+        // barrier belongs to no checkpoint.
+        self.abort_open(ABORT_ON_DROP_TIMEOUT);
     }
 }
 
@@ -455,21 +392,17 @@ fn pool_producer(
         })
 }
 
-fn check_plain_reports(producer: &TrackedProducer, fail: bool) -> Result<(), KafkaError> {
-    check_reports(producer.take_reports(), fail)
-}
-
 /// Fails on an undelivered record when `fail`, else logs it.
 fn check_reports(reports: Vec<(usize, Delivery)>, fail: bool) -> Result<(), KafkaError> {
     for (_, report) in reports {
-        if let Err(message) = report {
+        if let Err(failure) = report {
             if fail {
                 return Err(KafkaError::Delivery {
-                    topic: message.topic,
-                    message: message.reason,
+                    topic: failure.topic,
+                    message: failure.reason,
                 });
             }
-            tracing::warn!(topic = %message.topic, reason = %message.reason, "Kafka record not delivered");
+            tracing::warn!(topic = %failure.topic, reason = %failure.reason, "Kafka record not delivered");
         }
     }
     Ok(())

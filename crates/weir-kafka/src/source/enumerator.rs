@@ -59,7 +59,11 @@ impl<T> KafkaSourceEnumerator<T> {
 
     fn consumer(&mut self) -> Result<&BaseConsumer, KafkaError> {
         if self.consumer.is_none() {
-            let mut defaults = vec![("enable.auto.commit", "false")];
+            // read_committed: ListOffsets(latest) then answers the last stable offset.
+            let mut defaults = vec![
+                ("enable.auto.commit", "false"),
+                ("isolation.level", "read_committed"),
+            ];
             if let Some(group) = &self.settings.group_id {
                 defaults.push(("group.id", group.as_str()));
             }

@@ -52,6 +52,7 @@ pub(crate) struct SourceSettings<T> {
     pub deserializer: Arc<dyn KafkaRecordDeserializer<T>>,
     pub malformed: MalformedPolicy,
     pub commit_offsets_on_checkpoint: bool,
+    pub rate_limit: Option<f64>,
 }
 
 /// A replayable Kafka source. Build one with [`KafkaSource::builder`].
@@ -75,6 +76,7 @@ impl<T: Record> KafkaSource<T> {
             deserializer: Arc::new(deserializer),
             malformed: MalformedPolicy::Fail,
             commit_offsets_on_checkpoint: true,
+            rate_limit: None,
         }
     }
 }
@@ -90,9 +92,15 @@ pub struct KafkaSourceBuilder<T> {
     deserializer: Arc<dyn KafkaRecordDeserializer<T>>,
     malformed: MalformedPolicy,
     commit_offsets_on_checkpoint: bool,
+    rate_limit: Option<f64>,
 }
 
 impl<T: Record> KafkaSourceBuilder<T> {
+    /// Reads at most `records_per_second` over all subtasks (for demos and tests).
+    pub fn rate_limit(mut self, records_per_second: f64) -> Self {
+        self.rate_limit = Some(records_per_second);
+        self
+    }
     /// Reads these topics.
     pub fn topics<I: IntoIterator<Item = S>, S: Into<String>>(mut self, topics: I) -> Self {
         self.subscription = Some(TopicSubscription::Topics(
@@ -166,6 +174,7 @@ impl<T: Record> KafkaSourceBuilder<T> {
             deserializer: Arc::new(WithDeadLetters(self.deserializer)),
             malformed: self.malformed,
             commit_offsets_on_checkpoint: self.commit_offsets_on_checkpoint,
+            rate_limit: self.rate_limit,
         }
     }
 
@@ -186,6 +195,12 @@ impl<T: Record> KafkaSourceBuilder<T> {
             return Err(KafkaError::Config(
                 "starting from committed offsets needs a group id".into(),
             ));
+        }
+        if self.rate_limit.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+            return Err(KafkaError::Config(format!(
+                "rate limit must be a positive number of records per second, not {:?}",
+                self.rate_limit
+            )));
         }
         if self.discovery_interval.is_some_and(|d| d.is_zero()) {
             return Err(KafkaError::Config(
@@ -214,6 +229,7 @@ impl<T: Record> KafkaSourceBuilder<T> {
                 deserializer: self.deserializer,
                 malformed: self.malformed,
                 commit_offsets_on_checkpoint: self.commit_offsets_on_checkpoint,
+                rate_limit: self.rate_limit,
             }),
         })
     }

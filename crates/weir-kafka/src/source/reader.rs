@@ -11,6 +11,7 @@ use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir::connectors::file_source::MalformedPolicy;
+use weir::connectors::rate_limiter::RateLimiter;
 use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
 use weir::{BoxError, Collector};
 
@@ -35,6 +36,7 @@ pub struct KafkaSourceReader<T> {
     offsets_to_commit: BTreeMap<u64, Vec<(String, i32, i64)>>,
     /// End positions of bounded splits read to their end, still to be committed.
     finished: BTreeMap<(String, i32), i64>,
+    limiter: RateLimiter,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -63,6 +65,7 @@ impl<T> KafkaSourceReader<T> {
             .client_config(&defaults)
             .create()
             .map_err(|e| KafkaError::client("creating the source reader's consumer", e))?;
+        let limiter = RateLimiter::new(settings.rate_limit, context.parallelism());
         Ok(Self {
             settings,
             context,
@@ -73,6 +76,7 @@ impl<T> KafkaSourceReader<T> {
             skipped: 0,
             offsets_to_commit: BTreeMap::new(),
             finished: BTreeMap::new(),
+            limiter,
         })
     }
 
@@ -158,9 +162,10 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 InputStatus::NothingAvailable
             });
         }
+        let limit = self.limiter.allowed(RECORDS_PER_POLL as u64) as usize;
         let mut emitted = 0usize;
         let mut drained = false;
-        while emitted < RECORDS_PER_POLL {
+        while emitted < limit {
             let message = match self.consumer.poll(Duration::ZERO) {
                 None => {
                     drained = true;
@@ -214,6 +219,7 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 },
             }
         }
+        self.limiter.record(emitted as u64);
         if drained {
             self.settle_bounded_splits()?;
         }
@@ -227,7 +233,7 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
     }
 
     fn poll_delay(&self) -> Duration {
-        Duration::from_millis(2)
+        self.limiter.delay(Duration::from_millis(2))
     }
 
     fn add_splits(&mut self, splits: Vec<KafkaPartitionSplit>) -> Result<(), BoxError> {

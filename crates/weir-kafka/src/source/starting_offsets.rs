@@ -11,11 +11,12 @@ use crate::client_config::KafkaConnection;
 use crate::error::KafkaError;
 use crate::log_reader::LogReader;
 
-/// The low and high watermarks of a partition. The high one is ListOffsets' answer, raised
-/// to the high watermark of a fetch response when that is larger: some Kafka-protocol
-/// brokers (tansu 0.6) answer ListOffsets(latest) with the last batch's base offset + 1,
-/// which would make a bounded source stop early. The fetch needs a plaintext listener; where
-/// it fails, ListOffsets stands alone.
+/// The start and end of what a `read_committed` consumer can read in a partition. The end is
+/// ListOffsets' answer (the last stable offset, for a read-committed client), raised to the
+/// last stable offset of a read-committed fetch response when that is larger: some
+/// Kafka-protocol brokers (tansu 0.6) answer ListOffsets(latest) with the last batch's base
+/// offset + 1, which would make a bounded source stop early. On Apache Kafka both agree. The
+/// fetch needs a plaintext listener; where it fails, ListOffsets stands alone.
 pub(crate) fn watermarks(
     consumer: &BaseConsumer,
     log_reader: &mut LogReader,
@@ -26,10 +27,10 @@ pub(crate) fn watermarks(
     let (low, high) = consumer
         .fetch_watermarks(topic, partition, timeout)
         .map_err(|e| KafkaError::client(format!("reading watermarks of {topic}-{partition}"), e))?;
-    match log_reader.high_watermark(topic, partition, low) {
+    match log_reader.last_stable_offset(topic, partition, low) {
         Ok(fetched) => Ok((low, high.max(fetched))),
         Err(e) => {
-            tracing::debug!(topic, partition, error = %e, "no fetch-based high watermark; using ListOffsets");
+            tracing::debug!(topic, partition, error = %e, "no fetch-based end offset; using ListOffsets");
             Ok((low, high))
         }
     }

@@ -86,3 +86,77 @@ pub fn collect_until<T: Clone>(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use weir::connectors::sink::{Sink, SinkWriter};
+use weir::{BoxError, RuntimeContext};
+
+/// A sink that makes records visible only when their checkpoint completes — the exactly-once
+/// oracle: what it shows is exactly what completed checkpoints account for.
+#[derive(Clone, Default)]
+pub struct CommittingSink {
+    committed: Arc<Mutex<Vec<String>>>,
+}
+
+impl CommittingSink {
+    /// Everything committed so far.
+    pub fn committed(&self) -> Vec<String> {
+        self.committed.lock().unwrap().clone()
+    }
+}
+
+/// The writer of one [`CommittingSink`] subtask.
+pub struct CommittingWriter {
+    committed: Arc<Mutex<Vec<String>>>,
+    open: Vec<String>,
+    pending: BTreeMap<u64, Vec<String>>,
+}
+
+impl Sink<String> for CommittingSink {
+    type Writer = CommittingWriter;
+    fn create_writer(&self, _context: &RuntimeContext) -> Result<CommittingWriter, BoxError> {
+        Ok(CommittingWriter {
+            committed: self.committed.clone(),
+            open: Vec::new(),
+            pending: BTreeMap::new(),
+        })
+    }
+}
+
+impl SinkWriter<String> for CommittingWriter {
+    fn write(&mut self, record: String) -> Result<(), BoxError> {
+        self.open.push(record);
+        Ok(())
+    }
+    fn flush(&mut self, _end_of_input: bool) -> Result<(), BoxError> {
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut weir::FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let id = ctx.checkpoint_id().ok_or("no checkpoint id")?;
+        self.pending.insert(id, std::mem::take(&mut self.open));
+        Ok(())
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
+        let later = self.pending.split_off(&(checkpoint_id + 1));
+        let done = std::mem::replace(&mut self.pending, later);
+        let mut committed = self.committed.lock().map_err(|_| "poisoned")?;
+        for (_, records) in done {
+            committed.extend(records);
+        }
+        Ok(())
+    }
+}
+
+/// Waits until `done` holds, or fails after `limit`.
+pub fn wait_until(mut done: impl FnMut() -> bool, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
