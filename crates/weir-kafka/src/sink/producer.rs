@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
+};
 use rdkafka::Message;
 
 use super::transactions::{BufferedRecord, ProbeRecord};
@@ -200,8 +202,17 @@ impl TrackedProducer {
         })
     }
 
-    /// Aborts the open transaction.
+    /// Aborts the open transaction. Its records still queued or in flight are purged first
+    /// and their delivery reports drained: librdkafka's abort waits for them, and a
+    /// `BaseProducer` only receives them while polled.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight());
+        let deadline = Instant::now() + timeout;
+        while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
+            self.producer.poll(Duration::from_millis(1));
+        }
+        let _ = self.take_reports();
         self.producer.abort_transaction(timeout).map_err(|e| {
             KafkaError::client(format!("aborting the transaction of {}", self.name), e)
         })

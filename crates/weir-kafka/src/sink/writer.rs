@@ -124,8 +124,6 @@ impl<T> KafkaSinkWriter<T> {
             if let Some(open) = &t.current {
                 let producer = pool_producer(&t.pool, open.slot)?;
                 producer.abort_transaction(self.settings.operation_timeout)?;
-                producer.poll();
-                let _ = producer.take_reports();
             }
             let id = transactional_id(&t.id_base, self.context.subtask_index(), p.slot);
             if let Some(slot) = t.pool.get_mut(p.slot as usize) {
