@@ -250,7 +250,7 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
     type Writer = KafkaSinkWriter<T>;
     fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
         if context.subtask_index() == 0 {
-            if let Some(warning) = transaction_timeout_warning(
+            if let Some(warning) = exactly_once_warning(
                 self.settings.guarantee,
                 self.settings.transaction_timeout,
                 context.execution_config(),
@@ -266,11 +266,13 @@ impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
     }
 }
 
-/// A warning when the broker could abort a transaction before the job gets to commit it:
+/// A warning about an exactly-once configuration that cannot deliver: no checkpoints,
+/// unaligned (at-least-once) checkpoints, or a transaction timeout so short that the broker
+/// could abort a transaction before the job gets to commit it:
 /// a transaction lives from its first record through the checkpoint interval and the
 /// checkpoint itself, and after a crash through the restart delay, until the recovered job
 /// commits or re-sends it.
-pub fn transaction_timeout_warning(
+pub fn exactly_once_warning(
     guarantee: DeliveryGuarantee,
     transaction_timeout: Duration,
     config: &weir::ExecutionConfig,
@@ -284,6 +286,11 @@ pub fn transaction_timeout_warning(
             "exactly-once Kafka sink without checkpointing: transactions commit only when the input ends".into(),
         );
     };
+    if config.checkpoint.mode == weir::CheckpointingMode::AtLeastOnce {
+        return Some(format!(
+            "Kafka sink `{operator_name}`: exactly-once delivery with at-least-once checkpointing: barriers are not aligned, so records replayed after a recovery are written again; use CheckpointingMode::ExactlyOnce"
+        ));
+    }
     let restart_delay = config
         .restart_strategy
         .as_ref()
@@ -364,7 +371,7 @@ mod tests {
                 delay: Duration::from_secs(30),
             });
         let warn = |timeout| {
-            transaction_timeout_warning(DeliveryGuarantee::ExactlyOnce, timeout, &config, "sink")
+            exactly_once_warning(DeliveryGuarantee::ExactlyOnce, timeout, &config, "sink")
         };
         let warning = warn(Duration::from_secs(90)).expect("a warning");
         assert!(
@@ -373,7 +380,7 @@ mod tests {
         );
         assert_eq!(warn(Duration::from_secs(100)), None);
         assert_eq!(
-            transaction_timeout_warning(
+            exactly_once_warning(
                 DeliveryGuarantee::AtLeastOnce,
                 Duration::from_secs(1),
                 &config,
@@ -381,8 +388,20 @@ mod tests {
             ),
             None
         );
+        let unaligned = config.clone().with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_secs(10))
+                .with_mode(weir::CheckpointingMode::AtLeastOnce),
+        );
+        assert!(exactly_once_warning(
+            DeliveryGuarantee::ExactlyOnce,
+            Duration::from_secs(900),
+            &unaligned,
+            "sink"
+        )
+        .is_some_and(|w| w.contains("at-least-once checkpointing")));
         let unchecked = ExecutionConfig::default();
-        assert!(transaction_timeout_warning(
+        assert!(exactly_once_warning(
             DeliveryGuarantee::ExactlyOnce,
             Duration::from_secs(900),
             &unchecked,
