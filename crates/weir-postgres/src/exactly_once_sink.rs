@@ -1,0 +1,256 @@
+//! The exactly-once sink through PostgreSQL's two-phase commit, as a
+//! [`TwoPhaseCommitSink`] for Weir's [`TwoPhaseCommit`](weir::connectors::two_phase_commit)
+//! framework: per checkpoint and subtask, rows are written in one database transaction,
+//! `PREPARE TRANSACTION '{gid}'` at the barrier makes it durable but invisible, and
+//! `COMMIT PREPARED '{gid}'` publishes it when the checkpoint completes. Recovery commits
+//! the prepared transactions the restored checkpoint names (a missing one was committed
+//! already) and rolls back this sink's other prepared transactions — those of checkpoints
+//! that never completed.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use postgres::error::SqlState;
+use postgres::Client;
+use serde::{Deserialize, Serialize};
+use weir::connectors::two_phase_commit::TwoPhaseCommitSink;
+use weir::{BoxError, RuntimeContext};
+
+use crate::error::PostgresError;
+use crate::row_encoder::RowBatch;
+use crate::settings::SinkSettings;
+use crate::statements::{global_id, quote_literal, subtask_of};
+use crate::upsert_sink::connected;
+
+/// How long a write may wait for a row lock before the task fails (and recovery commits the
+/// prepared transaction holding it).
+const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A transaction of the sink, as checkpoints store it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostgresTransaction {
+    /// Its global id.
+    pub gid: String,
+    /// Whether it was prepared (a transaction without rows is never opened).
+    pub prepared: bool,
+}
+
+/// One subtask's side of the exactly-once sink; build it with
+/// [`crate::PostgresSink::builder`] and `.exactly_once(prefix)`.
+pub struct PostgresTransactionalSink<T> {
+    settings: Arc<SinkSettings>,
+    prefix: String,
+    client: Option<Client>,
+    batch: RowBatch,
+    /// The gid whose database transaction is open on the session (`BEGIN` was sent).
+    open: Option<String>,
+    run: String,
+    sequence: u64,
+    _records: PhantomData<fn(T)>,
+}
+
+impl<T> PostgresTransactionalSink<T> {
+    pub(crate) fn new(settings: Arc<SinkSettings>, prefix: String) -> Self {
+        Self {
+            settings,
+            prefix,
+            client: None,
+            batch: RowBatch::default(),
+            open: None,
+            run: String::new(),
+            sequence: 0,
+            _records: PhantomData,
+        }
+    }
+
+    fn table(&self) -> &str {
+        &self.settings.spec.table
+    }
+
+    /// Writes the collected rows into `transaction`, opening it on the session first.
+    fn write_rows(&mut self, transaction: &PostgresTransaction) -> Result<(), PostgresError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.client)?;
+        if self.open.as_deref() != Some(transaction.gid.as_str()) {
+            // Should a row still be locked by a prepared transaction whose commit notice is
+            // late, fail (and recover, which commits it) instead of waiting forever.
+            client
+                .batch_execute(&format!("SET lock_timeout = {}", LOCK_TIMEOUT.as_millis()))
+                .map_err(|e| PostgresError::database("setting lock_timeout", &table, e))?;
+            client
+                .batch_execute("BEGIN")
+                .map_err(|e| PostgresError::database("beginning a transaction", &table, e))?;
+            self.open = Some(transaction.gid.clone());
+        }
+        let rows = self.batch.len();
+        let json = self.batch.take_json();
+        client
+            .execute(self.settings.statement.as_str(), &[&json])
+            .map_err(|e| {
+                PostgresError::database(format!("writing {rows} rows to {table}"), &table, e)
+            })?;
+        Ok(())
+    }
+
+    /// Runs `COMMIT PREPARED` or `ROLLBACK PREPARED` for `gid`; a transaction that no
+    /// longer exists was finished already (by an earlier attempt, or another subtask).
+    fn finish_prepared(&mut self, verb: &str, gid: &str) -> Result<(), PostgresError> {
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.client)?;
+        match client.batch_execute(&format!("{verb} PREPARED {}", quote_literal(gid))) {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
+                tracing::debug!(gid, verb, "prepared transaction already finished");
+                Ok(())
+            }
+            Err(e) => Err(PostgresError::database(
+                format!("{verb} PREPARED {gid}"),
+                &table,
+                e,
+            )),
+        }
+    }
+}
+
+impl<T> Clone for PostgresTransactionalSink<T> {
+    /// A fresh sink for another subtask: same settings, its own session.
+    fn clone(&self) -> Self {
+        Self::new(self.settings.clone(), self.prefix.clone())
+    }
+}
+
+impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactionalSink<T> {
+    type Transaction = PostgresTransaction;
+
+    fn abort_lingering(
+        &mut self,
+        context: &RuntimeContext,
+        known: &[PostgresTransaction],
+    ) -> Result<(), BoxError> {
+        let table = self.table().to_string();
+        let server = self.settings.connection.server().to_string();
+        let client = connected(&self.settings, &mut self.client)?;
+        // Checked at start, so that a server without prepared transactions fails the job
+        // now rather than at its first checkpoint.
+        let row = client
+            .query_one(
+                "SELECT current_setting('max_prepared_transactions')::int",
+                &[],
+            )
+            .map_err(|e| PostgresError::database("reading max_prepared_transactions", &table, e))?;
+        let max_prepared: i32 = row.get(0);
+        if max_prepared == 0 {
+            return Err(PostgresError::PreparedTransactionsDisabled { server }.into());
+        }
+        let rows = client
+            .query("SELECT gid FROM pg_prepared_xacts", &[])
+            .map_err(|e| PostgresError::database("listing prepared transactions", &table, e))?;
+        let uid = context.operator_uid().to_string();
+        let subtask = context.subtask_index();
+        let parallelism = context.parallelism().max(1);
+        for row in rows {
+            let gid: String = row.get(0);
+            // This sink's, owned by this subtask (old subtask s goes to s % parallelism),
+            // and not named by the restored checkpoint.
+            let Some(owner) = subtask_of(&gid, &self.prefix, &uid) else {
+                continue;
+            };
+            if owner % parallelism != subtask || known.iter().any(|k| k.gid == gid) {
+                continue;
+            }
+            tracing::info!(
+                gid,
+                "rolling back a prepared transaction of a checkpoint that did not complete"
+            );
+            self.finish_prepared("ROLLBACK", &gid)?;
+        }
+        self.run = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros().to_string())
+            .unwrap_or_default();
+        Ok(())
+    }
+
+    fn begin_transaction(
+        &mut self,
+        context: &RuntimeContext,
+    ) -> Result<PostgresTransaction, BoxError> {
+        self.sequence += 1;
+        Ok(PostgresTransaction {
+            gid: global_id(
+                &self.prefix,
+                context.operator_uid(),
+                context.subtask_index(),
+                &format!("{}-{}", self.run, self.sequence),
+            ),
+            prepared: false,
+        })
+    }
+
+    fn write(&mut self, transaction: &mut PostgresTransaction, record: T) -> Result<(), BoxError> {
+        self.batch.push(&record, &self.settings.spec)?;
+        // Upserts wait for the barrier: the previous checkpoint's prepared transaction holds
+        // locks on the rows it upserted until its completion notice commits it, and an
+        // upsert of the same keys before that would wait on it, on the very thread that
+        // has to deliver the notice. Inserts of new rows take no such locks.
+        if self.settings.spec.key_columns.is_empty() && self.batch.len() >= self.settings.batch_size
+        {
+            self.write_rows(transaction)?;
+        }
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, transaction: &mut PostgresTransaction) -> Result<(), BoxError> {
+        self.write_rows(transaction)?;
+        if self.open.as_deref() != Some(transaction.gid.as_str()) {
+            // No rows: nothing to prepare or commit.
+            return Ok(());
+        }
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.client)?;
+        client
+            .batch_execute(&format!(
+                "PREPARE TRANSACTION {}",
+                quote_literal(&transaction.gid)
+            ))
+            .map_err(|e| {
+                PostgresError::database(
+                    format!("preparing transaction {}", transaction.gid),
+                    &table,
+                    e,
+                )
+            })?;
+        self.open = None;
+        transaction.prepared = true;
+        Ok(())
+    }
+
+    fn commit(&mut self, transaction: &PostgresTransaction) -> Result<(), BoxError> {
+        if !transaction.prepared {
+            return Ok(());
+        }
+        if let Some(hook) = &self.settings.before_commit {
+            hook(&transaction.gid);
+        }
+        Ok(self.finish_prepared("COMMIT", &transaction.gid)?)
+    }
+
+    fn abort(&mut self, transaction: &PostgresTransaction) -> Result<(), BoxError> {
+        if self.open.as_deref() == Some(transaction.gid.as_str()) {
+            self.open = None;
+            self.batch = RowBatch::default();
+            if let Some(client) = self.client.as_mut() {
+                let _ = client.batch_execute("ROLLBACK");
+            }
+            return Ok(());
+        }
+        if transaction.prepared {
+            self.finish_prepared("ROLLBACK", &transaction.gid)?;
+        }
+        Ok(())
+    }
+}

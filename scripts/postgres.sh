@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Installs (apt) and runs the PostgreSQL servers the PostgreSQL tests use, on 127.0.0.1 only:
+# "main" with max_prepared_transactions = 20 (for the exactly-once sink), and "no2pc" with
+# max_prepared_transactions = 0 (to check the sink refuses it clearly at start).
+#
+#   scripts/postgres.sh start   start them unless they run; prints shell exports:
+#                               eval "$(scripts/postgres.sh start)"
+#   scripts/postgres.sh stop    stop the servers this script started (by PID)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Data directories live outside the work tree: the server runs as the `postgres` user, which
+# may not be able to enter it.
+BASE="${TMPDIR:-/tmp}/weir-postgres-$(id -u)-$(pwd | cksum | cut -d' ' -f1)"
+USER_NAME=weir
+
+log() { printf '%s\n' "$*" >&2; }
+
+pg_bin() {
+    ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+install() {
+    if [ -n "$(pg_bin)" ] && [ -x "$(pg_bin)/initdb" ]; then
+        return
+    fi
+    log "installing PostgreSQL (apt)"
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+}
+
+# Runs a server command as the postgres user when we are root (initdb refuses root).
+as_server_user() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+running() {
+    local data="$1"
+    [ -f "$data/postmaster.pid" ] && kill -0 "$(head -n 1 "$data/postmaster.pid")" 2>/dev/null
+}
+
+start_one() {
+    local name="$1" prepared="$2" var="$3"
+    local data="$BASE/$name" bin
+    bin="$(pg_bin)"
+    mkdir -p "$BASE"
+    if [ "$(id -u)" = 0 ]; then chown postgres "$BASE"; fi
+    if [ ! -f "$data/PG_VERSION" ]; then
+        as_server_user "$bin/initdb" -D "$data" -U "$USER_NAME" --auth=trust -E UTF8 \
+            --locale=C >/dev/null
+    fi
+    if ! running "$data"; then
+        local port
+        port=$(free_port)
+        echo "$port" >"$BASE/$name.port"
+        if [ "$(id -u)" = 0 ]; then chown postgres "$BASE/$name.port"; fi
+        as_server_user "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -s \
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c max_prepared_transactions=$prepared -c fsync=off" \
+            start >&2
+        echo "export WEIR_POSTGRES_${name^^}_STARTED=1"
+        log "PostgreSQL ($name, max_prepared_transactions=$prepared) on 127.0.0.1:$port (pid $(head -n 1 "$data/postmaster.pid"))"
+    fi
+    echo "export $var=postgresql://$USER_NAME@127.0.0.1:$(cat "$BASE/$name.port")/postgres"
+}
+
+start() {
+    install
+    start_one main 20 WEIR_POSTGRES_URL
+    start_one no2pc 0 WEIR_POSTGRES_NO_2PC_URL
+}
+
+stop() {
+    for name in main no2pc; do
+        local data="$BASE/$name"
+        if running "$data"; then
+            local pid
+            pid=$(head -n 1 "$data/postmaster.pid")
+            # SIGINT: PostgreSQL's fast shutdown.
+            kill -INT "$pid"
+            for _ in $(seq 1 100); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            log "stopped PostgreSQL ($name, pid $pid)"
+        fi
+    done
+}
+
+case "${1:-}" in
+    install) install ;;
+    start) start ;;
+    stop) stop ;;
+    *) log "usage: $0 install|start|stop"; exit 2 ;;
+esac
