@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# what the tests need (a Kafka-protocol broker on 127.0.0.1, stopped again at the end), then
-# formatting, lints, every test, and a smoke run of the main example.
+# what the tests need (a Kafka-protocol broker and PostgreSQL servers on 127.0.0.1, stopped
+# again at the end), then formatting, lints, every test, and a smoke run of the main example.
 # Safe to run again: every step is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +30,15 @@ done
 log "toolchain: $(cargo --version)"
 log "Kafka-protocol broker for the Kafka tests (tansu, 127.0.0.1 only)"
 eval "$(scripts/kafka-broker.sh start)"
-if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then
-    trap 'scripts/kafka-broker.sh stop' EXIT
-fi
+log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
+eval "$(scripts/postgres.sh start)"
+stop_services() {
+    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop; fi
+    if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ]; then
+        scripts/postgres.sh stop
+    fi
+}
+trap stop_services EXIT
 log "format check"
 cargo fmt --all -- --check
 log "clippy (warnings are errors)"

@@ -34,10 +34,12 @@ pub enum PostgresError {
         detail: String,
     },
     /// A statement failed.
-    #[error("PostgreSQL error while {action}: {source}{detail}")]
+    #[error("PostgreSQL error while {action}: {message}{detail}")]
     Database {
         /// What the sink was doing.
         action: String,
+        /// The server's SQLSTATE and message, or the driver's.
+        message: String,
         /// The cause.
         #[source]
         source: postgres::Error,
@@ -68,9 +70,14 @@ impl PostgresError {
                 };
             }
         }
+        let message = match source.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => source.to_string(),
+        };
         if source.code().map(|c| c.code()) == Some("55P03") {
             return PostgresError::Database {
                 action: action.into(),
+                message,
                 detail: " — a row is locked, most likely by this sink's prepared transaction of the previous checkpoint whose completion notice is late; recovery commits it".into(),
                 source,
             };
@@ -82,6 +89,7 @@ impl PostgresError {
             .unwrap_or_default();
         PostgresError::Database {
             action: action.into(),
+            message,
             source,
             detail,
         }

@@ -41,7 +41,11 @@ pub struct PostgresTransaction {
 pub struct PostgresTransactionalSink<T> {
     settings: Arc<SinkSettings>,
     prefix: String,
+    /// The session the rows are written on.
     client: Option<Client>,
+    /// A second session for COMMIT/ROLLBACK PREPARED, which cannot run inside the
+    /// transaction the first one may have open for the next checkpoint.
+    control: Option<Client>,
     batch: RowBatch,
     /// The gid whose database transaction is open on the session (`BEGIN` was sent).
     open: Option<String>,
@@ -56,6 +60,7 @@ impl<T> PostgresTransactionalSink<T> {
             settings,
             prefix,
             client: None,
+            control: None,
             batch: RowBatch::default(),
             open: None,
             run: String::new(),
@@ -100,7 +105,7 @@ impl<T> PostgresTransactionalSink<T> {
     /// longer exists was finished already (by an earlier attempt, or another subtask).
     fn finish_prepared(&mut self, verb: &str, gid: &str) -> Result<(), PostgresError> {
         let table = self.table().to_string();
-        let client = connected(&self.settings, &mut self.client)?;
+        let client = connected(&self.settings, &mut self.control)?;
         match client.batch_execute(&format!("{verb} PREPARED {}", quote_literal(gid))) {
             Ok(()) => Ok(()),
             Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
@@ -133,7 +138,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
     ) -> Result<(), BoxError> {
         let table = self.table().to_string();
         let server = self.settings.connection.server().to_string();
-        let client = connected(&self.settings, &mut self.client)?;
+        let client = connected(&self.settings, &mut self.control)?;
         // Checked at start, so that a server without prepared transactions fails the job
         // now rather than at its first checkpoint.
         let row = client

@@ -82,6 +82,8 @@ pub struct WordCountOptions {
     pub before_commit: Option<BeforeCommitHook>,
     /// Fails the job once after this many words (in-process fault injection).
     pub fail_after: Option<u64>,
+    /// `application_name` of the sink's sessions.
+    pub application_name: String,
 }
 
 impl WordCountOptions {
@@ -103,6 +105,7 @@ impl WordCountOptions {
             batch_size: 1000,
             before_commit: None,
             fail_after: None,
+            application_name: "weir-sink".into(),
         }
     }
 }
@@ -265,7 +268,8 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, P
         });
     let mut builder = PostgresSink::builder(&options.url, &options.table)
         .columns(["word", "count"])
-        .batch_size(options.batch_size);
+        .batch_size(options.batch_size)
+        .application_name(options.application_name.clone());
     if options.delivery != Delivery::ExactlyOnceAppend {
         builder = builder.key_columns(["word"]);
     }

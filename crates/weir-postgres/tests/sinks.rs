@@ -98,22 +98,28 @@ fn upsert_totals_are_exact_despite_replays() {
 fn lost_connections_mid_transaction_recover_exactly_once() {
     let mut options = options(Delivery::ExactlyOnceAppend);
     options.records = 30_000;
+    options.rate = Some(10_000.0);
+    // Its own name, so that other tests running alongside keep their sessions.
+    let application = common::unique("weir-sink-lost");
+    options.application_name = application.clone();
     // The job's sink sessions are terminated by the server a few times while it runs.
     let stop = Arc::new(AtomicBool::new(false));
     let killer = {
         let stop = stop.clone();
+        let application = application.clone();
         std::thread::spawn(move || {
             let mut admin = PostgresConnection::new(&common::url())
                 .unwrap()
                 .connect("weir-test-admin")
                 .unwrap();
             let mut terminated = 0;
+            // Only sessions inside a transaction: the connection is lost mid-transaction.
             while !stop.load(Ordering::SeqCst) && terminated < 3 {
-                std::thread::sleep(Duration::from_millis(400));
+                std::thread::sleep(Duration::from_millis(300));
                 let rows = admin
                     .query(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'weir-sink' AND state = 'idle in transaction'",
-                        &[],
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state IN ('idle in transaction', 'active', 'idle')",
+                        &[&application],
                     )
                     .unwrap();
                 terminated += rows.iter().filter(|r| r.get::<_, bool>(0)).count();

@@ -202,12 +202,14 @@ impl TrackedProducer {
         })
     }
 
-    /// Aborts the open transaction. Its records still queued or in flight are purged first
-    /// and their delivery reports drained: librdkafka's abort waits for them, and a
-    /// `BaseProducer` only receives them while polled.
+    /// Aborts the open transaction. Its records still queued are purged first, and those
+    /// in flight are waited for, their delivery reports drained: librdkafka's abort waits for
+    /// them, and a `BaseProducer` only receives them while polled. In-flight records are not
+    /// purged: a produce request already sent could still be appended after the ABORT
+    /// marker, where a broker that does not fence the old epoch (tansu) would count it as
+    /// the start of the next transaction.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.producer
-            .purge(PurgeConfig::default().queue().inflight());
+        self.producer.purge(PurgeConfig::default().queue());
         let deadline = Instant::now() + timeout;
         while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
             self.producer.poll(Duration::from_millis(1));

@@ -75,6 +75,10 @@ struct Attempt {
     sources_at_end: BTreeSet<SubtaskRef>,
     /// The final checkpoint, once triggered.
     final_checkpoint: Option<u64>,
+    /// All input is read but the final checkpoint waits for a pending one to finish, so
+    /// that its barrier never overtakes the previous checkpoint's completion notice (a
+    /// sink's pre-commit may need the previous transaction committed).
+    final_due: bool,
 }
 
 impl Attempt {
@@ -488,6 +492,7 @@ impl JobMaster {
             source_tasks: BTreeSet::new(),
             sources_at_end: BTreeSet::new(),
             final_checkpoint: None,
+            final_due: false,
         };
         let spawn_error =
             |what: String| move |source| DeployError::Other(WeirError::Spawn { what, source });
@@ -703,7 +708,11 @@ impl JobMaster {
                     && attempt.final_checkpoint.is_none()
                     && !attempt.is_stopping()
                 {
-                    self.trigger_final(attempt);
+                    if self.coordinator.pending_ids().is_empty() {
+                        self.trigger_final(attempt);
+                    } else {
+                        attempt.final_due = true;
+                    }
                 }
             }
         }
@@ -770,11 +779,16 @@ impl JobMaster {
         !attempt.is_stopping()
             && !attempt.checkpoints_disabled
             && attempt.final_checkpoint.is_none()
+            && !attempt.final_due
     }
 
     fn on_timers(&mut self, attempt: &mut Attempt) {
         if attempt.is_stopping() {
             return;
+        }
+        if attempt.final_due && self.coordinator.pending_ids().is_empty() {
+            attempt.final_due = false;
+            self.trigger_final(attempt);
         }
         let now = Instant::now();
         for id in self.coordinator.expired(now) {

@@ -126,6 +126,12 @@ impl<T: Record> OneInputStreamTask<T> {
                 Ok(false)
             }
             StreamEvent::Barrier(barrier) => {
+                // Completion notices already delivered go first: a sink's pre-commit at this
+                // barrier may depend on the previous checkpoint's commit (PostgreSQL
+                // upserts wait on the rows its prepared transaction holds).
+                while let Ok(control) = env.control.try_recv() {
+                    self.on_control(control, handler)?;
+                }
                 if self
                     .first_barrier
                     .is_none_or(|(id, _)| id < barrier.checkpoint_id)
