@@ -57,9 +57,3 @@ pub use error::KafkaError;
 pub use log_reader::{LogReader, LogRecord, TransactionOutcome};
 pub use sink::{DeliveryGuarantee, KafkaSink};
 pub use source::{KafkaSource, OffsetResetStrategy, StartingOffsets};
-
-/// The README's code (the engine's and this crate's), compiled and run as doc tests so that
-/// it cannot go stale; it lives here because only this crate sees both.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
