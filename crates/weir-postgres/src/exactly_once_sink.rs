@@ -51,6 +51,8 @@ pub struct PostgresTransactionalSink<T> {
     open: Option<String>,
     run: String,
     sequence: u64,
+    /// Set once recovery is over: commits before that settle restored transactions.
+    started: bool,
     _records: PhantomData<fn(T)>,
 }
 
@@ -65,6 +67,7 @@ impl<T> PostgresTransactionalSink<T> {
             open: None,
             run: String::new(),
             sequence: 0,
+            started: false,
             _records: PhantomData,
         }
     }
@@ -78,6 +81,7 @@ impl<T> PostgresTransactionalSink<T> {
         if self.batch.is_empty() {
             return Ok(());
         }
+        self.check_session()?;
         let table = self.table().to_string();
         let client = connected(&self.settings, &mut self.client)?;
         if self.open.as_deref() != Some(transaction.gid.as_str()) {
@@ -98,6 +102,19 @@ impl<T> PostgresTransactionalSink<T> {
             .map_err(|e| {
                 PostgresError::database(format!("writing {rows} rows to {table}"), &table, e)
             })?;
+        Ok(())
+    }
+
+    /// Fails when the session that holds the open transaction is gone: reconnecting would
+    /// lose its rows and run the next ones outside any transaction.
+    fn check_session(&mut self) -> Result<(), PostgresError> {
+        if self.open.is_some() && self.client.as_ref().is_none_or(Client::is_closed) {
+            let gid = self.open.take().unwrap_or_default();
+            return Err(PostgresError::Config(format!(
+                "the session of transaction {gid} to {} was lost; the job recovers from its last checkpoint",
+                self.settings.connection.server()
+            )));
+        }
         Ok(())
     }
 
@@ -155,6 +172,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
             .query("SELECT gid FROM pg_prepared_xacts", &[])
             .map_err(|e| PostgresError::database("listing prepared transactions", &table, e))?;
         let uid = context.operator_uid().to_string();
+        crate::statements::check_id_part("operator uid", &uid)?;
         let subtask = context.subtask_index();
         let parallelism = context.parallelism().max(1);
         for row in rows {
@@ -177,6 +195,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros().to_string())
             .unwrap_or_default();
+        self.started = true;
         Ok(())
     }
 
@@ -215,6 +234,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
             // No rows: nothing to prepare or commit.
             return Ok(());
         }
+        self.check_session()?;
         let table = self.table().to_string();
         let client = connected(&self.settings, &mut self.client)?;
         client
@@ -238,13 +258,25 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
         if !transaction.prepared {
             return Ok(());
         }
-        if let Some(hook) = &self.settings.before_commit {
+        if let (true, Some(hook)) = (self.started, &self.settings.before_commit) {
             hook(&transaction.gid);
         }
         Ok(self.finish_prepared("COMMIT", &transaction.gid)?)
     }
 
     fn abort(&mut self, transaction: &PostgresTransaction) -> Result<(), BoxError> {
+        if self.started
+            && (!self.batch.is_empty() || self.open.as_deref() == Some(transaction.gid.as_str()))
+        {
+            // The writer aborts its open transaction only at the end of input, right after the
+            // final checkpoint: rows in it arrived after that checkpoint (emitted when the
+            // input ended) and can no longer be committed exactly once.
+            return Err(PostgresError::Config(format!(
+                "rows for {} arrived after the final checkpoint and cannot be committed exactly once",
+                self.table()
+            ))
+            .into());
+        }
         if self.open.as_deref() == Some(transaction.gid.as_str()) {
             self.open = None;
             self.batch = RowBatch::default();

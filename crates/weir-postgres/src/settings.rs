@@ -117,7 +117,13 @@ impl<T: Serialize + Send + 'static> PostgresSinkBuilder<T> {
         Ok(PostgresUpsertSink::new(Arc::new(self.settings()?)))
     }
 
-    /// An exactly-once sink through PostgreSQL's two-phase commit: per checkpoint and
+    /// An exactly-once sink through PostgreSQL's two-phase commit. With key columns, feed it
+    /// a stream partitioned by those columns (`key_by`), so that each row is written by one
+    /// subtask: a prepared transaction keeps its rows locked until its checkpoint
+    /// completes, and another subtask upserting the same row in the same checkpoint would
+    /// wait on it (the lock timeout then fails the job).
+    ///
+    /// Per checkpoint and
     /// subtask, the rows are written in a transaction that is prepared
     /// (`PREPARE TRANSACTION`) at the barrier and committed (`COMMIT PREPARED`) when the
     /// checkpoint completes. Global ids start with `prefix`, which must be unique per job
@@ -127,11 +133,7 @@ impl<T: Serialize + Send + 'static> PostgresSinkBuilder<T> {
         self,
         prefix: &str,
     ) -> Result<TwoPhaseCommit<PostgresTransactionalSink<T>>, PostgresError> {
-        if prefix.is_empty() || prefix.contains(':') || prefix.len() > 64 {
-            return Err(PostgresError::Config(format!(
-                "transaction id prefix `{prefix}` must be 1 to 64 characters without ':'"
-            )));
-        }
+        crate::statements::check_id_part("transaction id prefix", prefix)?;
         Ok(TwoPhaseCommit(PostgresTransactionalSink::new(
             Arc::new(self.settings()?),
             prefix.to_string(),

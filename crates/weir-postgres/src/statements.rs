@@ -106,10 +106,35 @@ pub fn global_id(prefix: &str, operator_uid: &str, subtask: u32, sequence: &str)
 }
 
 /// The subtask a global id of this sink (`{prefix}:{operator uid}:`) belongs to, or `None`
-/// when the id is another sink's.
+/// when the id is another sink's. The subtask and sequence are the last two fields, so a uid
+/// that itself contains `:` cannot be mistaken for another.
 pub fn subtask_of(global_id: &str, prefix: &str, operator_uid: &str) -> Option<u32> {
-    let rest = global_id.strip_prefix(&format!("{prefix}:{operator_uid}:"))?;
-    rest.split(':').next()?.parse().ok()
+    let rest = global_id.strip_prefix(prefix)?.strip_prefix(':')?;
+    let mut fields = rest.rsplitn(3, ':');
+    let sequence = fields.next()?;
+    let subtask = fields.next()?;
+    let uid = fields.next()?;
+    if uid != operator_uid
+        || sequence.is_empty()
+        || !sequence.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+    {
+        return None;
+    }
+    subtask.parse().ok()
+}
+
+/// Checks that a name going into a global id is short and plain (letters, digits, `_`, `.`,
+/// `-`), so that ids stay under PostgreSQL's 200-byte limit and need no escaping.
+pub fn check_id_part(what: &str, value: &str) -> Result<(), PostgresError> {
+    let plain = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if value.is_empty() || value.len() > 80 || !plain {
+        return Err(PostgresError::Config(format!(
+            "{what} `{value}` must be 1 to 80 characters of letters, digits, '_', '.' and '-' (it names prepared transactions)"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -160,5 +185,12 @@ mod tests {
         assert_eq!(subtask_of(&id, "app", "sink-1"), Some(3));
         assert_eq!(subtask_of(&id, "app", "sink-2"), None);
         assert_eq!(subtask_of("other:sink-1:3:1", "app", "sink-1"), None);
+        // A uid containing ':' is not confused with a shorter one.
+        let other = global_id("app", "sink:1", 0, "5-1");
+        assert_eq!(subtask_of(&other, "app", "sink"), None);
+        assert_eq!(subtask_of(&other, "app", "sink:1"), Some(0));
+        assert!(check_id_part("prefix", "word-count_1.v2").is_ok());
+        assert!(check_id_part("prefix", "a'b").is_err());
+        assert!(check_id_part("uid", &"x".repeat(81)).is_err());
     }
 }

@@ -133,7 +133,7 @@ pub fn expected_totals(records: u64, words: u64) -> HashMap<String, i64> {
 pub fn create_table(url: &str, table: &str, keyed: bool) -> Result<(), PostgresError> {
     let mut client = PostgresConnection::new(url)?.connect("weir-setup")?;
     let key = if keyed { " PRIMARY KEY" } else { "" };
-    let quoted = crate::statements::quote_identifier(table);
+    let quoted = quoted_table(table);
     client
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {quoted} (word text NOT NULL{key}, count bigint NOT NULL CHECK (count > 0))"
@@ -141,10 +141,20 @@ pub fn create_table(url: &str, table: &str, keyed: bool) -> Result<(), PostgresE
         .map_err(|e| PostgresError::database(format!("creating table {table}"), table, e))
 }
 
+/// `table` (optionally `schema.table`) quoted the way the sink quotes it.
+fn quoted_table(table: &str) -> String {
+    crate::statements::TableSpec {
+        table: table.to_string(),
+        columns: Vec::new(),
+        key_columns: Vec::new(),
+    }
+    .quoted_table()
+}
+
 /// The table's rows.
 pub fn table_rows(url: &str, table: &str) -> Result<Vec<WordCount>, PostgresError> {
     let mut client = PostgresConnection::new(url)?.connect("weir-check")?;
-    let quoted = crate::statements::quote_identifier(table);
+    let quoted = quoted_table(table);
     let rows = client
         .query(&format!("SELECT word, count FROM {quoted}"), &[])
         .map_err(|e| PostgresError::database(format!("reading {table}"), table, e))?;

@@ -80,6 +80,11 @@ fn exactly_once_upsert_totals_are_exact_after_an_injected_failure() {
         .unwrap();
     assert_eq!(result.restarts, 1);
     check(&options);
+    assert_eq!(
+        prepared_transactions(&options.prefix),
+        0,
+        "prepared transactions left over"
+    );
 }
 
 #[test]
@@ -136,6 +141,11 @@ fn lost_connections_mid_transaction_recover_exactly_once() {
     assert!(terminated > 0, "no session was terminated");
     assert!(result.restarts > 0, "the job did not notice");
     check(&options);
+    assert_eq!(
+        prepared_transactions(&options.prefix),
+        0,
+        "prepared transactions left over"
+    );
 }
 
 #[test]

@@ -313,9 +313,23 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 Ok(())
             }
             Mode::ExactlyOnce(t) => {
-                if !end_of_input || self.context.is_checkpointing() {
-                    // Pre-commit happens in snapshot_state; at the end of input the final
-                    // checkpoint commits what is pending.
+                if !end_of_input {
+                    // Pre-commit happens in snapshot_state.
+                    return Ok(());
+                }
+                if self.context.is_checkpointing() {
+                    // The final checkpoint commits what is pending; records after it (emitted
+                    // when the input ended) could no longer be committed exactly once.
+                    if t.current
+                        .as_ref()
+                        .is_some_and(|open| !open.records.is_empty())
+                    {
+                        return Err(KafkaError::Config(format!(
+                            "records for the Kafka sink `{}` arrived after the final checkpoint and cannot be committed exactly once",
+                            self.context.operator_name()
+                        ))
+                        .into());
+                    }
                     return Ok(());
                 }
                 // Without checkpoints nothing is replayed: commit everything now.
