@@ -105,6 +105,44 @@ impl<T> PostgresTransactionalSink<T> {
         Ok(())
     }
 
+    /// Writes the remaining rows and prepares the transaction, naming it after the
+    /// checkpoint when there is one: `{prefix}:{uid}:{subtask}:{checkpoint}-{run}`.
+    fn prepare(
+        &mut self,
+        transaction: &mut PostgresTransaction,
+        checkpoint_id: Option<u64>,
+    ) -> Result<(), BoxError> {
+        self.write_rows(transaction)?;
+        if self.open.as_deref() != Some(transaction.gid.as_str()) {
+            // No rows: nothing to prepare or commit.
+            return Ok(());
+        }
+        self.check_session()?;
+        if let Some(checkpoint_id) = checkpoint_id {
+            if let Some((base, _)) = transaction.gid.rsplit_once(':') {
+                transaction.gid = format!("{base}:{checkpoint_id}-{}", self.run);
+                self.open = Some(transaction.gid.clone());
+            }
+        }
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.client)?;
+        client
+            .batch_execute(&format!(
+                "PREPARE TRANSACTION {}",
+                quote_literal(&transaction.gid)
+            ))
+            .map_err(|e| {
+                PostgresError::database(
+                    format!("preparing transaction {}", transaction.gid),
+                    &table,
+                    e,
+                )
+            })?;
+        self.open = None;
+        transaction.prepared = true;
+        Ok(())
+    }
+
     /// Fails when the session that holds the open transaction is gone: reconnecting would
     /// lose its rows and run the next ones outside any transaction.
     fn check_session(&mut self) -> Result<(), PostgresError> {
@@ -229,29 +267,15 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
     }
 
     fn pre_commit(&mut self, transaction: &mut PostgresTransaction) -> Result<(), BoxError> {
-        self.write_rows(transaction)?;
-        if self.open.as_deref() != Some(transaction.gid.as_str()) {
-            // No rows: nothing to prepare or commit.
-            return Ok(());
-        }
-        self.check_session()?;
-        let table = self.table().to_string();
-        let client = connected(&self.settings, &mut self.client)?;
-        client
-            .batch_execute(&format!(
-                "PREPARE TRANSACTION {}",
-                quote_literal(&transaction.gid)
-            ))
-            .map_err(|e| {
-                PostgresError::database(
-                    format!("preparing transaction {}", transaction.gid),
-                    &table,
-                    e,
-                )
-            })?;
-        self.open = None;
-        transaction.prepared = true;
-        Ok(())
+        self.prepare(transaction, None)
+    }
+
+    fn pre_commit_for_checkpoint(
+        &mut self,
+        transaction: &mut PostgresTransaction,
+        checkpoint_id: u64,
+    ) -> Result<(), BoxError> {
+        self.prepare(transaction, Some(checkpoint_id))
     }
 
     fn commit(&mut self, transaction: &PostgresTransaction) -> Result<(), BoxError> {

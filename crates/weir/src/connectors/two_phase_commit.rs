@@ -38,6 +38,15 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
     fn write(&mut self, transaction: &mut Self::Transaction, record: T) -> Result<(), BoxError>;
     /// Makes `transaction` durable but invisible.
     fn pre_commit(&mut self, transaction: &mut Self::Transaction) -> Result<(), BoxError>;
+    /// Pre-commits `transaction` at the barrier of checkpoint `checkpoint_id` (sinks that
+    /// name their transactions after the checkpoint override this).
+    fn pre_commit_for_checkpoint(
+        &mut self,
+        transaction: &mut Self::Transaction,
+        _checkpoint_id: u64,
+    ) -> Result<(), BoxError> {
+        self.pre_commit(transaction)
+    }
     /// Makes a pre-committed `transaction` visible. Must be idempotent: it may be called again
     /// for a transaction already committed (after a crash, or by another subtask).
     fn commit(&mut self, transaction: &Self::Transaction) -> Result<(), BoxError>;
@@ -157,7 +166,8 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
             .checkpoint_id()
             .ok_or("snapshot without a checkpoint id")?;
         if let Some(mut transaction) = self.current.take() {
-            self.sink.pre_commit(&mut transaction)?;
+            self.sink
+                .pre_commit_for_checkpoint(&mut transaction, checkpoint_id)?;
             self.pending.push(Pending {
                 checkpoint_id,
                 transaction,
