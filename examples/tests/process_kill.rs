@@ -13,48 +13,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use weir_examples::census;
-
-fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let n = std::env::var("WEIR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    (1..=n).collect()
-}
-
-/// SplitMix64 stream.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
+use weir_testkit::{seeds, wait_bounded, Rng};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
-}
-
-/// Waits for `child`, killing it and failing the test if it runs for over two minutes.
-fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what}: the job did not finish within two minutes");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn spawn(work: &Path, sink: &str, resume: bool) -> (Child, mpsc::Receiver<String>) {
@@ -102,7 +64,7 @@ enum Kill {
 }
 
 fn kill_test(sink: &str) {
-    for seed in seeds() {
+    for seed in seeds(3) {
         let mut rng = Rng(seed * 7919 + u64::from(sink.as_bytes()[0]));
         let work = tempfile::tempdir().unwrap();
         let kills = 2 + rng.below(3);
@@ -139,7 +101,11 @@ fn kill_test(sink: &str) {
             println!("  run {run}: killed ({kill:?}), exit {status:?}");
         }
         let (mut child, lines) = spawn(work.path(), sink, true);
-        let status = wait_bounded(&mut child, &format!("sink {sink}, seed {seed}"));
+        let status = wait_bounded(
+            &mut child,
+            Duration::from_secs(120),
+            &format!("sink {sink}, seed {seed}"),
+        );
         let log: Vec<String> = lines.try_iter().collect();
         assert!(
             status.success(),
@@ -177,7 +143,7 @@ fn resuming_a_finished_job_does_not_run_it_again() {
     let work = tempfile::tempdir().unwrap();
     for resume in [false, true] {
         let (mut child, _) = spawn(work.path(), "2pc", resume);
-        assert!(wait_bounded(&mut child, "census").success());
+        assert!(wait_bounded(&mut child, Duration::from_secs(120), "census").success());
         let verification = census::verify(&work.path().join("output"), &data_dir()).unwrap();
         assert_eq!(
             verification.committed_lines, verification.input_rows,

@@ -11,37 +11,17 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use weir_testkit::{
+    kill_after, kill_after_checkpoint, latest_checkpoint, seeds, wait_bounded, Rng,
+};
 
 use weir_kafka::client_config::KafkaConnection;
 use weir_kafka::word_count;
 
 const PARTITIONS: i32 = 3;
 const RECORDS: u64 = 30_000;
-
-fn seeds(default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let n = std::env::var("WEIR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
-
-/// SplitMix64 stream.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 struct Job<'a> {
     input: &'a str,
@@ -73,68 +53,6 @@ impl Job<'_> {
     }
 }
 
-/// Waits for `child`, killing it and failing the test after `limit`.
-fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: the job did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The highest completed checkpoint in the job's checkpoint directory.
-fn latest_checkpoint(work: &Path) -> u64 {
-    let dir = work.join("checkpoints").join(word_count::JOB_NAME);
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.path().join("_metadata").exists())
-                .filter_map(|e| {
-                    e.file_name()
-                        .to_str()
-                        .and_then(|n| n.strip_prefix("chk-"))
-                        .and_then(|id| id.parse().ok())
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
-}
-
-/// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed (or when
-/// it ends by itself), so that the kill lands while the job has committed output.
-fn kill_after_checkpoint(child: &mut Child, work: &Path, after: u64, delay: Duration) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while latest_checkpoint(work) <= after && Instant::now() < deadline {
-        if child.try_wait().expect("wait").is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    kill_after(child, delay);
-}
-
-/// Kills `child` with SIGKILL after `delay` unless it ended before.
-fn kill_after(child: &mut Child, delay: Duration) {
-    let deadline = Instant::now() + delay;
-    while Instant::now() < deadline {
-        if child.try_wait().expect("wait").is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 fn run_with_kills(guarantee: &str, seed: u64) {
     eprintln!("process_kill: guarantee {guarantee}, seed {seed} (replay with WEIR_SEED={seed})");
     let mut rng = Rng(seed);
@@ -156,7 +74,8 @@ fn run_with_kills(guarantee: &str, seed: u64) {
     let mut child = job.spawn(false, false);
     kill_after_checkpoint(
         &mut child,
-        work.path(),
+        &work.path().join("checkpoints"),
+        word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
     );
@@ -177,10 +96,11 @@ fn run_with_kills(guarantee: &str, seed: u64) {
     kill_after(&mut child, Duration::from_millis(rng.below(400)));
     // 4. Killed at a random moment after the next checkpoint.
     let mut child = job.spawn(true, false);
-    let reached = latest_checkpoint(work.path());
+    let reached = latest_checkpoint(&work.path().join("checkpoints"), word_count::JOB_NAME);
     kill_after_checkpoint(
         &mut child,
-        work.path(),
+        &work.path().join("checkpoints"),
+        word_count::JOB_NAME,
         reached,
         Duration::from_millis(rng.below(300)),
     );

@@ -10,37 +10,15 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use weir_testkit::{kill_after, kill_after_checkpoint, seeds, wait_bounded, Rng};
 
 use weir_postgres::word_count;
 use weir_postgres::PostgresConnection;
 
 const RECORDS: u64 = 30_000;
 const WORDS: u64 = 300;
-
-fn seeds(default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let n = std::env::var("WEIR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
-
-/// SplitMix64 stream.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 fn spawn(
     table: &str,
@@ -79,63 +57,6 @@ fn spawn(
     command.spawn().expect("spawn weir-pg-count")
 }
 
-fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: the job did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn latest_checkpoint(work: &Path) -> u64 {
-    let dir = work.join("checkpoints").join(word_count::JOB_NAME);
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.path().join("_metadata").exists())
-                .filter_map(|e| {
-                    e.file_name()
-                        .to_str()
-                        .and_then(|n| n.strip_prefix("chk-"))
-                        .and_then(|id| id.parse().ok())
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
-}
-
-fn kill_after(child: &mut Child, delay: Duration) {
-    let deadline = Instant::now() + delay;
-    while Instant::now() < deadline {
-        if child.try_wait().expect("wait").is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn kill_after_checkpoint(child: &mut Child, work: &Path, after: u64, delay: Duration) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while latest_checkpoint(work) <= after && Instant::now() < deadline {
-        if child.try_wait().expect("wait").is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    kill_after(child, delay);
-}
-
 fn run_with_kills(delivery: &str, seed: u64) {
     eprintln!("process_kill: delivery {delivery}, seed {seed} (replay with WEIR_SEED={seed})");
     let mut rng = Rng(seed);
@@ -146,7 +67,8 @@ fn run_with_kills(delivery: &str, seed: u64) {
     let mut child = spawn(&table, delivery, work.path(), false, false);
     kill_after_checkpoint(
         &mut child,
-        work.path(),
+        &work.path().join("checkpoints"),
+        word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
     );

@@ -1,0 +1,127 @@
+//! Test support shared by Weir's crates: seeds that can be replayed, a small deterministic
+//! random generator, and the pieces of the process-kill tests (wait for a child process,
+//! SIGKILL it after a delay or after a checkpoint completed).
+
+#![warn(missing_docs)]
+
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Seeds to run: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs `1..=n`, otherwise
+/// `1..=default`.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![seed];
+    }
+    let n = std::env::var("WEIR_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+/// A SplitMix64 stream: deterministic for a seed, well mixed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+/// Waits for `child`; after `limit` it is killed and the test fails, naming `what`.
+pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: the job did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills `child` with SIGKILL after `delay`, unless it ends before.
+pub fn kill_after(child: &mut Child, delay: Duration) {
+    let deadline = Instant::now() + delay;
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The highest completed checkpoint (`chk-N` with metadata) of `job` under `checkpoints`.
+pub fn latest_checkpoint(checkpoints: &Path, job: &str) -> u64 {
+    std::fs::read_dir(checkpoints.join(job))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().join("_metadata").exists())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_prefix("chk-"))
+                        .and_then(|id| id.parse().ok())
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed (or when
+/// it ends by itself, or after a minute), so that the kill lands while committed output
+/// exists.
+pub fn kill_after_checkpoint(
+    child: &mut Child,
+    checkpoints: &Path,
+    job: &str,
+    after: u64,
+    delay: Duration,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while latest_checkpoint(checkpoints, job) <= after && Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill_after(child, delay);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generator_is_deterministic_and_in_range() {
+        let (mut a, mut b) = (Rng(7), Rng(7));
+        for _ in 0..100 {
+            let x = a.below(10);
+            assert_eq!(x, b.below(10));
+            assert!(x < 10);
+        }
+        assert_eq!(Rng(1).below(0), 0);
+    }
+
+    #[test]
+    fn no_checkpoint_directory_means_checkpoint_zero() {
+        let dir = std::env::temp_dir().join("weir-testkit-none");
+        assert_eq!(latest_checkpoint(&dir, "job"), 0);
+    }
+}
