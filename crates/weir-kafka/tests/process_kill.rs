@@ -78,6 +78,7 @@ fn run_with_kills(guarantee: &str, seed: u64) {
         word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
+        Duration::from_millis(1500),
     );
     // 2. Killed between a checkpoint's completion and its commit (the job cannot have
     //    finished in step 1, which killed it right after an early checkpoint).
@@ -103,6 +104,7 @@ fn run_with_kills(guarantee: &str, seed: u64) {
         word_count::JOB_NAME,
         reached,
         Duration::from_millis(rng.below(300)),
+        Duration::from_millis(1500),
     );
     // 5. Runs to the end.
     let mut child = job.spawn(true, false);

@@ -71,6 +71,7 @@ fn run_with_kills(delivery: &str, seed: u64) {
         word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
+        Duration::from_millis(1500),
     );
     // 2. Killed between a checkpoint's completion and its COMMIT PREPARED.
     let mut child = spawn(&table, delivery, work.path(), true, exactly_once);

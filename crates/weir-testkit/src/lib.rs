@@ -84,17 +84,18 @@ pub fn latest_checkpoint(checkpoints: &Path, job: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed (or when
-/// it ends by itself, or after a minute), so that the kill lands while committed output
-/// exists.
+/// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed, so that
+/// the kill lands while committed output exists — or after `at_most` in any case, so that a
+/// slow (loaded) machine does not let the job finish first.
 pub fn kill_after_checkpoint(
     child: &mut Child,
     checkpoints: &Path,
     job: &str,
     after: u64,
     delay: Duration,
+    at_most: Duration,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + at_most;
     while latest_checkpoint(checkpoints, job) <= after && Instant::now() < deadline {
         if matches!(child.try_wait(), Ok(Some(_))) {
             return;
