@@ -79,10 +79,7 @@ pub const JOB_NAME: &str = "kafka-word-count";
 
 /// Builds the pipeline in a new environment.
 pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, KafkaError> {
-    let storage = match &options.checkpoint_dir {
-        Some(dir) => CheckpointStorageConfig::FileSystem(dir.clone()),
-        None => CheckpointStorageConfig::Memory,
-    };
+    let storage = CheckpointStorageConfig::directory_or_memory(options.checkpoint_dir.clone());
     let mut config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
         .with_checkpointing(

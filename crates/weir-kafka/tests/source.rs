@@ -23,10 +23,8 @@ fn values(range: std::ops::Range<u64>) -> Vec<String> {
 }
 
 fn config(checkpoints: Option<&std::path::Path>) -> ExecutionConfig {
-    let storage = match checkpoints {
-        Some(dir) => CheckpointStorageConfig::FileSystem(dir.to_path_buf()),
-        None => CheckpointStorageConfig::Memory,
-    };
+    let storage =
+        CheckpointStorageConfig::directory_or_memory(checkpoints.map(|d| d.to_path_buf()));
     ExecutionConfig::default()
         .with_parallelism(2)
         .with_buffer_timeout(Duration::from_millis(5))

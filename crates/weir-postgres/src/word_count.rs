@@ -228,10 +228,7 @@ fn report(mut problems: Vec<String>) -> Result<(), String> {
 
 /// Builds the pipeline in a new environment.
 pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, PostgresError> {
-    let storage = match &options.checkpoint_dir {
-        Some(dir) => CheckpointStorageConfig::FileSystem(dir.clone()),
-        None => CheckpointStorageConfig::Memory,
-    };
+    let storage = CheckpointStorageConfig::directory_or_memory(options.checkpoint_dir.clone());
     let config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
         .with_checkpointing(

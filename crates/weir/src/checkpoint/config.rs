@@ -27,6 +27,16 @@ pub enum CheckpointStorageConfig {
     FileSystem(PathBuf),
 }
 
+impl CheckpointStorageConfig {
+    /// Under `dir` when given, else in memory.
+    pub fn directory_or_memory(dir: Option<std::path::PathBuf>) -> Self {
+        match dir {
+            Some(dir) => CheckpointStorageConfig::FileSystem(dir),
+            None => CheckpointStorageConfig::Memory,
+        }
+    }
+}
+
 /// What happens to retained checkpoints when the job is cancelled
 /// (Flink's `ExternalizedCheckpointRetention`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

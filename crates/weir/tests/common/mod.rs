@@ -52,16 +52,8 @@ impl Rng {
 }
 
 /// Seeds to run: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n, otherwise `default`.
-pub fn seeds(default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("WEIR_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let n = std::env::var("WEIR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
-}
+#[allow(unused_imports)] // Not every test file that includes this module uses it.
+pub use weir_testkit::seeds;
 
 /// Transactions committed to the "external system": (writer, checkpoint) → records.
 /// Committing is idempotent: a transaction already present is not written again.
