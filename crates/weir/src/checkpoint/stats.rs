@@ -118,6 +118,9 @@ pub struct CheckpointHistory {
     pub completed: u64,
     /// Checkpoints failed since the job started.
     pub failed: u64,
+    /// Summed end-to-end duration of every completed checkpoint since the job started, so
+    /// the mean covers all of them, not only the `recent` ones.
+    pub completed_duration_total: Duration,
     /// How many entries `recent` keeps.
     pub capacity: usize,
 }
@@ -134,7 +137,10 @@ impl CheckpointHistory {
     /// Records a finished (completed or failed) checkpoint.
     pub fn record(&mut self, stats: CheckpointStats) {
         match stats.status {
-            CheckpointStatus::Completed => self.completed += 1,
+            CheckpointStatus::Completed => {
+                self.completed += 1;
+                self.completed_duration_total += stats.duration.unwrap_or_default();
+            }
             CheckpointStatus::Failed => self.failed += 1,
             CheckpointStatus::InProgress => {}
         }
@@ -142,6 +148,12 @@ impl CheckpointHistory {
         while self.recent.len() > self.capacity {
             self.recent.pop_front();
         }
+    }
+
+    /// The mean end-to-end duration of the completed checkpoints, if any completed.
+    pub fn mean_completed_duration(&self) -> Option<Duration> {
+        let completed = u32::try_from(self.completed).ok().filter(|n| *n > 0)?;
+        Some(self.completed_duration_total / completed)
     }
 
     /// The most recent completed checkpoint.
@@ -164,5 +176,40 @@ impl fmt::Display for CheckpointHistory {
             writeln!(f, "  {s}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(id: u64, status: CheckpointStatus, millis: u64) -> CheckpointStats {
+        CheckpointStats {
+            id,
+            kind: SnapshotType::Checkpoint,
+            status,
+            trigger_timestamp_millis: 0,
+            duration: Some(Duration::from_millis(millis)),
+            state_size: 0,
+            subtasks: Vec::new(),
+            failure: None,
+            location: None,
+        }
+    }
+
+    #[test]
+    fn mean_covers_checkpoints_that_left_the_recent_window() {
+        let mut history = CheckpointHistory::new(2);
+        assert_eq!(history.mean_completed_duration(), None);
+        history.record(finished(1, CheckpointStatus::Completed, 10));
+        history.record(finished(2, CheckpointStatus::Failed, 1000));
+        history.record(finished(3, CheckpointStatus::Completed, 20));
+        history.record(finished(4, CheckpointStatus::Completed, 60));
+        assert_eq!(history.recent.len(), 2);
+        assert_eq!(history.completed, 3);
+        assert_eq!(
+            history.mean_completed_duration(),
+            Some(Duration::from_millis(30))
+        );
     }
 }

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""One Apache Flink run of a Weir-vs-Flink workload, in pure Flink SQL.
+
+PyFlink's TableEnvironment (streaming mode) starts a local MiniCluster inside its Java
+gateway process (a child JVM of this Python process); the job is one INSERT statement, so no
+Python runs in the hot path. At the end one line `RESULT {json}` gives the figures, measured
+on the JVM from /proc (CPU time, peak RSS) and from Flink's own log (job running time,
+checkpoints and their durations).
+
+Called by `weir-vs-flink` (bench/src/bin/weir-vs-flink.rs); by hand:
+  FLINK_LOG_DIR=/tmp/flog target/tools/flink/venv/bin/python bench/flink/flink_job.py \
+      --workload keyed --input target/bench-data/kv --records 10000000 --parallelism 1 \
+      --checkpoint-dir /tmp/fck
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import time
+
+# The same computation as the Weir pipelines in bench/src/weir_jobs.rs.
+KV_SOURCE = """
+CREATE TABLE kv (`key` BIGINT, `value` BIGINT) WITH (
+  'connector' = 'filesystem', 'path' = 'file://{input}', 'format' = 'csv')"""
+
+# The Nexmark DDL of the Flink Nexmark suite (one table of all events, a view per kind),
+# over JSON lines instead of the datagen connector. `dateTime` is a reserved word in Flink 2.
+NEXMARK_SOURCE = """
+CREATE TABLE events (
+  event_type INT,
+  person ROW<id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING,
+             state STRING, `dateTime` TIMESTAMP(3), extra STRING>,
+  auction ROW<id BIGINT, itemName STRING, description STRING, initialBid BIGINT,
+              reserve BIGINT, `dateTime` TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT,
+              category BIGINT, extra STRING>,
+  bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
+          `dateTime` TIMESTAMP(3), extra STRING>
+) WITH ('connector' = 'filesystem', 'path' = 'file://{input}', 'format' = 'json')"""
+BID_VIEW = """
+CREATE VIEW bid AS SELECT bid.auction, bid.bidder, bid.price, bid.channel, bid.url,
+  bid.`dateTime`, bid.extra FROM events WHERE event_type = 2"""
+
+WORKLOADS = {
+    "stateless": ([KV_SOURCE],
+                  "CREATE TABLE sink (`key` BIGINT, scaled BIGINT) WITH ('connector' = 'blackhole')",
+                  "INSERT INTO sink SELECT `key`, `value` * 10 FROM kv WHERE MOD(`value`, 2) = 0"),
+    "keyed": ([KV_SOURCE],
+              "CREATE TABLE sink (`key` BIGINT, total BIGINT, cnt BIGINT) WITH ('connector' = 'blackhole')",
+              "INSERT INTO sink SELECT `key`, SUM(`value`), COUNT(*) FROM kv GROUP BY `key`"),
+    "q0": ([NEXMARK_SOURCE, BID_VIEW],
+           "CREATE TABLE sink (auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3),"
+           " extra STRING) WITH ('connector' = 'blackhole')",
+           "INSERT INTO sink SELECT auction, bidder, price, `dateTime`, extra FROM bid"),
+    "q1": ([NEXMARK_SOURCE, BID_VIEW],
+           "CREATE TABLE sink (auction BIGINT, bidder BIGINT, price DECIMAL(23, 3),"
+           " `dateTime` TIMESTAMP(3), extra STRING) WITH ('connector' = 'blackhole')",
+           "INSERT INTO sink SELECT auction, bidder, 0.908 * price, `dateTime`, extra FROM bid"),
+    "q2": ([NEXMARK_SOURCE, BID_VIEW],
+           "CREATE TABLE sink (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+           "INSERT INTO sink SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+}
+
+
+def java_child():
+    """The gateway JVM: the java child of this Python process."""
+    me = str(os.getpid())
+    for st in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            s = open(st).read()
+        except OSError:
+            continue
+        comm, rest = s[s.index("(") + 1:s.rindex(")")], s[s.rindex(")") + 2:].split()
+        if rest[1] == me and comm == "java":
+            return int(st.split("/")[2])
+    raise SystemExit("flink_job.py: no java child process found (did the gateway start?)")
+
+
+def cpu_seconds(pid):
+    f = open(f"/proc/{pid}/stat").read()
+    f = f[f.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def status_mib(pid, key):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def log_time(text, pattern):
+    m = re.search(r"^(\S+ \S+) .*" + pattern, text, re.M)
+    if not m:
+        return None
+    stamp = m.group(1)
+    return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000
+
+
+def verify(a):
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+    t_env = TableEnvironment.create(EnvironmentSettings.in_batch_mode())
+    t_env.get_config().set("parallelism.default", str(a.parallelism))
+    sources, _, insert = WORKLOADS[a.workload]
+    for ddl in sources:
+        t_env.execute_sql(ddl.format(input=os.path.abspath(a.input)))
+    select = insert[insert.index("SELECT"):]
+    if a.workload == "keyed":
+        count = "SELECT SUM(cnt) FROM (SELECT `key`, COUNT(*) AS cnt FROM kv GROUP BY `key`)"
+    else:
+        count = f"SELECT COUNT(*) FROM ({select})"
+    with t_env.execute_sql(count).collect() as rows:
+        records_out = next(iter(rows))[0]
+    print("VERIFY " + json.dumps({"workload": a.workload, "records_out": records_out}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    ap.add_argument("--input", required=True, help="directory of input files")
+    ap.add_argument("--records", type=int, required=True, help="input records, for records/s")
+    ap.add_argument("--parallelism", type=int, default=1)
+    ap.add_argument("--interval", default="1s", help="checkpoint interval")
+    ap.add_argument("--checkpoint-dir", required=True)
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--verify", action="store_true",
+                    help="instead of timing: count in batch mode the rows the query emits "
+                         "(for keyed, the updates: one per input row) and print VERIFY {json}")
+    a = ap.parse_args()
+    if a.verify:
+        return verify(a)
+    os.makedirs(a.checkpoint_dir, exist_ok=True)
+
+    from pyflink.common import Configuration
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    conf = {
+        "parallelism.default": str(a.parallelism),
+        "execution.checkpointing.interval": a.interval,
+        "execution.checkpointing.mode": "EXACTLY_ONCE",
+        "state.backend.type": "hashmap",
+        "execution.checkpointing.storage": "filesystem",
+        "execution.checkpointing.dir": "file://" + os.path.abspath(a.checkpoint_dir),
+        # The default since 1.15, set so the final checkpoint after the input ends is taken.
+        "execution.checkpointing.checkpoints-after-tasks-finish": "true",
+    }
+    conf.update(kv.split("=", 1) for kv in a.conf)
+    c = Configuration()
+    for k, v in conf.items():
+        c.set_string(k, v)
+    t_env = TableEnvironment.create(
+        EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(c).build())
+    for k, v in conf.items():
+        t_env.get_config().set(k, v)
+
+    jvm = java_child()
+    cpu0 = cpu_seconds(jvm)
+    sources, sink, insert = WORKLOADS[a.workload]
+    for ddl in sources:
+        t_env.execute_sql(ddl.format(input=os.path.abspath(a.input)))
+    t_env.execute_sql(sink)
+    t1 = time.time()
+    t_env.execute_sql(insert).wait()  # returns when the bounded job has FINISHED
+    t2 = time.time()
+    cpu1 = cpu_seconds(jvm)
+
+    log_dir = os.environ.get("FLINK_LOG_DIR") or os.path.join(
+        os.path.dirname(__import__("pyflink").__file__), "log")
+    logs = sorted(glob.glob(os.path.join(log_dir, "flink-*-python-*.log")), key=os.path.getmtime)
+    text = open(logs[-1]).read() if logs else ""
+    durations = [int(d) for d in re.findall(
+        r"Completed checkpoint \d+ for job \S+ \(\d+ bytes, checkpointDuration=(\d+) ms", text)]
+    # Running time: the ExecutionGraph's RUNNING to FINISHED, without JVM start, planning
+    # and deployment, which the job wall time includes.
+    run0 = log_time(text, r"ExecutionGraph .* switched from state CREATED to RUNNING")
+    run1 = log_time(text, r"ExecutionGraph .* switched from state RUNNING to FINISHED")
+    running = (run1 - run0) if run0 and run1 else None
+    print("RESULT " + json.dumps({
+        "workload": a.workload,
+        "parallelism": a.parallelism,
+        "records": a.records,
+        "job_wall_seconds": t2 - t1,
+        "running_seconds": running,
+        "cpu_seconds": cpu1 - cpu0,
+        "peak_rss_mib": status_mib(jvm, "VmHWM"),
+        "checkpoints_completed": len(durations),
+        "checkpoint_mean_ms": sum(durations) / len(durations) if durations else None,
+        "flink_log": logs[-1] if logs else None,
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

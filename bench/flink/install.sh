@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs Apache Flink (PyFlink 2.3.0 from PyPI, with its jars) into its own virtual
+# environment, idempotently, and prints the environment's python. Java 17 must be on PATH.
+# usage: bench/flink/install.sh [VENV_DIR]   (default: target/tools/flink/venv)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="${1:-$root/target/tools/flink/venv}"
+version="2.3.0"
+if ! command -v java >/dev/null; then
+  echo "install.sh: java not found; Flink $version needs Java 11 or 17 (apt-get install openjdk-17-jre-headless)" >&2
+  exit 1
+fi
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('apache-flink') != '$version')" 2>/dev/null; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+echo "installing apache-flink==$version into $venv (about 850 MB, a minute or two)" >&2
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "apache-flink==$version" >&2
+echo "$venv/bin/python"

@@ -1,0 +1,410 @@
+//! The side-by-side benchmark of Weir against Apache Flink (see `bench/README.md`).
+//!
+//! `cargo run --release -p weir-bench --bin weir-vs-flink` generates the inputs (once),
+//! installs Flink into its own virtual environment (once), then runs every workload at
+//! every parallelism on each engine, each run in a fresh process so that its peak memory is
+//! its own, and prints one table, also written as JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use weir_bench::flink::FlinkRunner;
+use weir_bench::kv_input::KvInputSpec;
+use weir_bench::nexmark::generator::NexmarkInputSpec;
+use weir_bench::report::{compare, table, Comparison};
+use weir_bench::{
+    floor, inputs, process_usage, weir_jobs, Engine, InputKind, RunFigures, Workload,
+};
+
+#[derive(Parser, Debug)]
+#[command(about = "Weir against Apache Flink on the same inputs, side by side")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    #[command(flatten)]
+    suite: SuiteArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Runs one workload on Weir or the floor in this process and prints `RESULT {json}`
+    /// (the suite starts itself with this for every run).
+    RunOne {
+        /// weir, weir-no-checkpoints or floor.
+        #[arg(long)]
+        engine: Engine,
+        /// The workload.
+        #[arg(long)]
+        workload: Workload,
+        /// The input directory.
+        #[arg(long)]
+        input: PathBuf,
+        /// Parallelism.
+        #[arg(long, default_value_t = 1)]
+        parallelism: u32,
+        /// Where checkpoints go (engine weir).
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug, Serialize)]
+struct SuiteArgs {
+    /// Where inputs are generated and runs keep their checkpoints and logs.
+    #[arg(long, default_value = "target/bench-data")]
+    data_dir: PathBuf,
+    /// Rows of the key,value input.
+    #[arg(long, default_value_t = 10_000_000)]
+    rows: u64,
+    /// Distinct keys of the key,value input.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Nexmark events (bids are 46 of every 50).
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Part files per input (splits for the sources).
+    #[arg(long, default_value_t = 4)]
+    files: u32,
+    /// Seed of the generated inputs.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Parallelisms to run.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    parallelism: Vec<u32>,
+    /// Workloads to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "stateless,keyed,q0,q1,q2"
+    )]
+    workloads: Vec<Workload>,
+    /// Engines to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "floor,weir-no-checkpoints,weir,flink"
+    )]
+    engines: Vec<Engine>,
+    /// Runs per engine, workload and parallelism; the one with the median records/s is kept.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// The PyFlink virtual environment (made by bench/flink/install.sh when missing).
+    #[arg(long, default_value = "target/tools/flink/venv")]
+    flink_venv: PathBuf,
+    /// Skips counting Flink's output in a batch job after its runs of each workload.
+    #[arg(long)]
+    no_verify: bool,
+    /// Where the table and figures are written as JSON.
+    #[arg(long, default_value = "bench/results/latest.json")]
+    json: PathBuf,
+}
+
+/// The JSON report.
+#[derive(Serialize)]
+struct Report<'a> {
+    date: String,
+    machine: Machine,
+    settings: &'a SuiteArgs,
+    runs: &'a [RunFigures],
+    comparisons: Vec<Comparison>,
+    table: String,
+}
+
+#[derive(Serialize)]
+struct Machine {
+    cores: usize,
+    cpu: String,
+    memory_gib: f64,
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let mem_kib: f64 = field(&meminfo, "MemTotal")
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap_or(0.0);
+    Machine {
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu: field(&cpuinfo, "model name"),
+        memory_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+    }
+}
+
+fn run_one(
+    engine: Engine,
+    workload: Workload,
+    input: &Path,
+    parallelism: u32,
+    checkpoint_dir: Option<&Path>,
+) -> Result<()> {
+    let figures = match engine {
+        Engine::Floor => floor::run(workload, input)?,
+        Engine::WeirNoCheckpoints => weir_jobs::run(workload, input, parallelism, None)?,
+        Engine::Weir => {
+            let dir = checkpoint_dir.context("engine weir needs --checkpoint-dir")?;
+            weir_jobs::run(workload, input, parallelism, Some(dir))?
+        }
+        Engine::Flink => bail!("Flink runs through the suite, not run-one"),
+    };
+    println!("RESULT {}", serde_json::to_string(&figures)?);
+    Ok(())
+}
+
+/// Runs a Weir or floor run in a fresh process of this program.
+fn spawn_one(
+    engine: Engine,
+    workload: Workload,
+    input: &Path,
+    parallelism: u32,
+    work_dir: &Path,
+) -> Result<RunFigures> {
+    let exe = std::env::current_exe().context("finding this program")?;
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "run-one",
+            "--engine",
+            engine.name(),
+            "--workload",
+            workload.name(),
+        ])
+        .arg("--input")
+        .arg(input)
+        .args(["--parallelism", &parallelism.to_string()]);
+    if engine == Engine::Weir {
+        command
+            .arg("--checkpoint-dir")
+            .arg(work_dir.join("checkpoints"));
+    }
+    let output = command.output().context("starting a run")?;
+    if !output.status.success() {
+        bail!(
+            "{} {workload} p{parallelism} failed ({}): {}",
+            engine.name(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .with_context(|| format!("{} {workload} printed no RESULT: {stdout}", engine.name()))?;
+    Ok(serde_json::from_str(line)?)
+}
+
+fn median_run(mut runs: Vec<RunFigures>) -> Option<RunFigures> {
+    runs.sort_by(|a, b| a.records_per_second().total_cmp(&b.records_per_second()));
+    let middle = runs.len() / 2;
+    runs.into_iter().nth(middle)
+}
+
+fn suite(args: &SuiteArgs) -> Result<()> {
+    let bench_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize()?;
+    let needs = |kind| args.workloads.iter().any(|w| w.input() == kind);
+    let kv = if needs(InputKind::KeyValue) {
+        eprintln!(
+            "input: {} key,value rows over {} keys",
+            args.rows, args.keys
+        );
+        let spec = KvInputSpec {
+            rows: args.rows,
+            keys: args.keys,
+            seed: args.seed,
+            files: args.files,
+        };
+        Some(inputs::key_value_input(&data_dir, &spec)?)
+    } else {
+        None
+    };
+    let nexmark = if needs(InputKind::Nexmark) {
+        eprintln!("input: {} Nexmark events", args.events);
+        let spec = NexmarkInputSpec {
+            events: args.events,
+            seed: args.seed,
+            files: args.files,
+        };
+        Some(inputs::nexmark_input(&data_dir, &spec)?)
+    } else {
+        None
+    };
+    let flink = if args.engines.contains(&Engine::Flink) {
+        Some(FlinkRunner::install(bench_dir, &args.flink_venv)?)
+    } else {
+        None
+    };
+
+    let mut runs: Vec<RunFigures> = Vec::new();
+    for &workload in &args.workloads {
+        let (input, records) = match workload.input() {
+            InputKind::KeyValue => (kv.as_deref(), args.rows),
+            InputKind::Nexmark => (nexmark.as_deref(), args.events),
+        };
+        let input = input.context("input not generated")?;
+        for (i, &parallelism) in args.parallelism.iter().enumerate() {
+            for &engine in &args.engines {
+                // The floor is one thread: it runs once per workload.
+                if engine == Engine::Floor && i > 0 {
+                    continue;
+                }
+                let parallelism = if engine == Engine::Floor {
+                    1
+                } else {
+                    parallelism
+                };
+                let mut repeats = Vec::new();
+                for _ in 0..args.runs.max(1) {
+                    let work_dir = data_dir
+                        .join("runs")
+                        .join(format!("{workload}-p{parallelism}-{}", engine.name()));
+                    if work_dir.exists() {
+                        std::fs::remove_dir_all(&work_dir)?;
+                    }
+                    std::fs::create_dir_all(&work_dir)?;
+                    let busy = process_usage::machine_busy_fraction(Duration::from_secs(1));
+                    let mut figures = match (&flink, engine) {
+                        (Some(flink), Engine::Flink) => {
+                            flink.run(workload, input, records, parallelism, &work_dir)?
+                        }
+                        _ => spawn_one(engine, workload, input, parallelism, &work_dir)?,
+                    };
+                    figures.machine_busy_before = busy;
+                    // Checkpoints are large and not looked at again; logs are kept.
+                    let _ = std::fs::remove_dir_all(work_dir.join("checkpoints"));
+                    eprintln!(
+                        "{workload:<9} p{parallelism} {:<20} {:>12.0} records/s {:>7.2} CPU s {:>7.0} MiB {:>3} checkpoints{}",
+                        engine.name(),
+                        figures.records_per_second(),
+                        figures.cpu_seconds,
+                        figures.peak_rss_mib,
+                        figures.checkpoints,
+                        match busy {
+                            Some(b) if b > 0.2 => format!("  (machine {:.0}% busy before: suspect)", b * 100.0),
+                            _ => String::new(),
+                        }
+                    );
+                    repeats.push(figures);
+                }
+                runs.extend(median_run(repeats));
+            }
+        }
+        if let (Some(flink), false) = (&flink, args.no_verify) {
+            let counted = flink.count_output(workload, input)?;
+            eprintln!("{workload:<9} Flink (batch) emits {counted} records");
+            for r in runs
+                .iter_mut()
+                .filter(|r| r.workload == workload && r.engine == Engine::Flink)
+            {
+                r.records_out = Some(counted);
+            }
+        }
+        check_outputs_agree(&runs, workload, records)?;
+    }
+
+    let table = table(&runs);
+    println!("{table}");
+    for c in compare(&runs) {
+        println!(
+            "{} p{}: Weir {:.1}× Flink's records/s, {:.1}× per core, {:.1}× less memory: goal (≥{}× per core, ≥{}× less memory) {}",
+            c.workload,
+            c.parallelism,
+            c.throughput_ratio,
+            c.per_core_ratio,
+            c.memory_ratio,
+            weir_bench::report::GOAL_RATIO,
+            weir_bench::report::GOAL_RATIO,
+            if c.goal_met { "met" } else { "NOT met" }
+        );
+    }
+    let report = Report {
+        date: Command::new("date")
+            .arg("-u")
+            .arg("+%Y-%m-%dT%H:%M:%SZ")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default(),
+        machine: machine(),
+        settings: args,
+        runs: &runs,
+        comparisons: compare(&runs),
+        table,
+    };
+    if let Some(parent) = args.json.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.json, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    eprintln!("figures written to {}", args.json.display());
+    Ok(())
+}
+
+/// Every engine must have read every record, and Weir must emit what the floor emits.
+fn check_outputs_agree(runs: &[RunFigures], workload: Workload, records: u64) -> Result<()> {
+    let of_workload = || runs.iter().filter(move |r| r.workload == workload);
+    for r in of_workload() {
+        if r.records != records {
+            bail!(
+                "{} read {} of the {records} records of {workload} at p{}",
+                r.engine.name(),
+                r.records,
+                r.parallelism
+            );
+        }
+    }
+    if let Some(r) = of_workload().find(|r| r.engine != Engine::Flink && r.records_out.is_none()) {
+        bail!(
+            "{} reported no output count for {workload}",
+            r.engine.name()
+        );
+    }
+    if let Some(expected) = of_workload()
+        .find(|r| r.engine == Engine::Floor)
+        .and_then(|r| r.records_out)
+    {
+        for r in of_workload() {
+            if let Some(out) = r.records_out.filter(|out| *out != expected) {
+                bail!(
+                    "{} emitted {out} records for {workload} at p{} where the floor emitted {expected}",
+                    r.engine.name(),
+                    r.parallelism
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Cmd::RunOne {
+            engine,
+            workload,
+            input,
+            parallelism,
+            checkpoint_dir,
+        }) => run_one(
+            engine,
+            workload,
+            &input,
+            parallelism,
+            checkpoint_dir.as_deref(),
+        ),
+        None => suite(&cli.suite),
+    }
+}

@@ -1,0 +1,223 @@
+//! The floor: each workload as a hand-written single-pass program on one thread, with no
+//! engine around it: read the part files in order, parse each line, filter, project or
+//! aggregate in a hash map. What an engine costs on top is the distance to this.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hashbrown::HashMap;
+use serde::de::DeserializeOwned;
+
+use crate::error::BenchError;
+use crate::nexmark::queries::{q2_selects, AuctionPrice, BidEvent, BidRow, EuroBidRow};
+use crate::process_usage;
+use crate::report::{Engine, RunFigures};
+use crate::workload::{InputKind, Workload};
+
+/// The input's part files, sorted, hidden ones skipped (as both engines list them).
+pub fn part_files(dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(BenchError::io("listing", dir))? {
+        let entry = entry.map_err(BenchError::io("listing", dir))?;
+        let hidden = entry.file_name().to_string_lossy().starts_with(['.', '_']);
+        if !hidden && entry.path().is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Calls `each` with every line (without its `\n`) of every part file, and its location.
+fn for_each_line(
+    dir: &Path,
+    mut each: impl FnMut(&[u8]) -> Result<(), String>,
+) -> Result<(), BenchError> {
+    let mut line = Vec::with_capacity(4096);
+    for path in part_files(dir)? {
+        let file = File::open(&path).map_err(BenchError::io("opening", &path))?;
+        let mut reader = BufReader::with_capacity(256 * 1024, file);
+        let mut number = 0u64;
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(BenchError::io("reading", &path))?;
+            if n == 0 {
+                break;
+            }
+            number += 1;
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            each(text).map_err(|reason| BenchError::Malformed {
+                file: path.display().to_string(),
+                line: number,
+                reason,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Parses an unsigned decimal integer.
+fn parse_i64(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    digits.iter().try_fold(0i64, |n, d| {
+        d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0'))
+    })
+}
+
+/// Parses a `key,value` row.
+pub fn parse_key_value(line: &[u8]) -> Result<(i64, i64), String> {
+    let comma = line.iter().position(|b| *b == b',');
+    comma
+        .and_then(|at| Some((parse_i64(&line[..at])?, parse_i64(&line[at + 1..])?)))
+        .ok_or_else(|| format!("`{}` is not a key,value row", String::from_utf8_lossy(line)))
+}
+
+fn json<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(line).map_err(|e| e.to_string())
+}
+
+/// Mixes an emitted record into a checksum, so that the compiler cannot drop the work.
+fn mix(checksum: u64, value: i64) -> u64 {
+    (checksum ^ value as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// What a floor pass produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FloorOutput {
+    /// Input records.
+    pub records: u64,
+    /// Records emitted.
+    pub records_out: u64,
+    /// A checksum of what was emitted.
+    pub checksum: u64,
+}
+
+/// Runs `workload` over the part files of `dir` in one pass.
+pub fn compute(workload: Workload, dir: &Path) -> Result<FloorOutput, BenchError> {
+    let mut out = FloorOutput::default();
+    let emit = |out: &mut FloorOutput, value: i64| {
+        out.records_out += 1;
+        out.checksum = mix(out.checksum, value);
+    };
+    match workload {
+        Workload::Stateless => for_each_line(dir, |line| {
+            let (key, value) = parse_key_value(line)?;
+            out.records += 1;
+            if value % 2 == 0 {
+                emit(&mut out, key ^ (value * 10));
+            }
+            Ok(())
+        })?,
+        Workload::Keyed => {
+            let mut totals: HashMap<i64, (i64, i64)> = HashMap::new();
+            for_each_line(dir, |line| {
+                let (key, value) = parse_key_value(line)?;
+                out.records += 1;
+                let total = totals.entry(key).or_insert((0, 0));
+                total.0 += value;
+                total.1 += 1;
+                emit(&mut out, key ^ total.0 ^ (total.1 << 40));
+                Ok(())
+            })?
+        }
+        Workload::Q0 | Workload::Q1 => for_each_line(dir, |line| {
+            out.records += 1;
+            if let Some(bid) = json::<BidEvent<BidRow>>(line)?.into_bid() {
+                let price = if workload == Workload::Q1 {
+                    EuroBidRow::from(bid.clone()).price_thousandths
+                } else {
+                    bid.price
+                };
+                emit(
+                    &mut out,
+                    bid.auction ^ price ^ bid.date_time.0 ^ bid.extra.len() as i64,
+                );
+            }
+            Ok(())
+        })?,
+        Workload::Q2 => for_each_line(dir, |line| {
+            out.records += 1;
+            if let Some(bid) = json::<BidEvent<AuctionPrice>>(line)?.into_bid() {
+                if q2_selects(bid.auction) {
+                    emit(&mut out, bid.auction ^ bid.price);
+                }
+            }
+            Ok(())
+        })?,
+    }
+    Ok(out)
+}
+
+/// Runs and measures the floor of `workload` over `dir`, in this process.
+pub fn run(workload: Workload, dir: &Path) -> Result<RunFigures, BenchError> {
+    debug_assert!(matches!(
+        workload.input(),
+        InputKind::KeyValue | InputKind::Nexmark
+    ));
+    let before = process_usage::current();
+    let started = Instant::now();
+    let output = compute(workload, dir)?;
+    let seconds = started.elapsed().as_secs_f64();
+    std::hint::black_box(output.checksum);
+    let after = process_usage::current();
+    Ok(RunFigures {
+        workload,
+        engine: Engine::Floor,
+        parallelism: 1,
+        records: output.records,
+        records_out: Some(output.records_out),
+        seconds,
+        cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+        peak_rss_mib: after.peak_rss_mib,
+        checkpoints: 0,
+        checkpoint_mean_ms: None,
+        machine_busy_before: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_value_rows_parse_and_bad_rows_are_named() {
+        assert_eq!(parse_key_value(b"12,345"), Ok((12, 345)));
+        for bad in [
+            &b"12"[..],
+            b"12,",
+            b",3",
+            b"a,1",
+            b"1,2,3",
+            b"99999999999999999999,1",
+        ] {
+            assert!(
+                parse_key_value(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("part-0.csv"), "1,2\n3,x\n").unwrap();
+        let err = compute(Workload::Keyed, dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("part-0.csv:2") && err.contains("3,x"), "{err}");
+    }
+
+    #[test]
+    fn hidden_files_are_not_input() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("part-1.csv"), "1,2\n").unwrap();
+        std::fs::write(dir.path().join("part-0.csv"), "1,4\n2,3\n").unwrap();
+        std::fs::write(dir.path().join(".manifest"), "junk").unwrap();
+        std::fs::write(dir.path().join("_SUCCESS"), "junk").unwrap();
+        let out = compute(Workload::Stateless, dir.path()).unwrap();
+        assert_eq!((out.records, out.records_out), (3, 2));
+    }
+}

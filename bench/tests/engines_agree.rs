@@ -1,0 +1,67 @@
+//! Weir's pipelines read every record and emit what the hand-written floor emits, for every
+//! workload, with and without checkpoints and at parallelism 1 and 2, over generated inputs.
+
+use weir_bench::kv_input::{write_kv_input, KvInputSpec};
+use weir_bench::nexmark::generator::{write_nexmark_input, NexmarkInputSpec};
+use weir_bench::{floor, weir_jobs, Engine, InputKind, Workload};
+
+#[test]
+fn weir_pipelines_match_the_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = dir.path().join("kv");
+    let nexmark = dir.path().join("nexmark");
+    write_kv_input(
+        &kv,
+        &KvInputSpec {
+            rows: 30_000,
+            keys: 500,
+            seed: 5,
+            files: 3,
+        },
+    )
+    .unwrap();
+    write_nexmark_input(
+        &nexmark,
+        &NexmarkInputSpec {
+            events: 30_000,
+            seed: 5,
+            files: 3,
+        },
+    )
+    .unwrap();
+    for workload in Workload::ALL {
+        let input = match workload.input() {
+            InputKind::KeyValue => &kv,
+            InputKind::Nexmark => &nexmark,
+        };
+        let expected = floor::compute(workload, input).unwrap();
+        assert_eq!(expected.records, 30_000);
+        assert!(expected.records_out > 0, "{workload} emits nothing");
+        for (parallelism, checkpointed) in [(1, false), (2, true)] {
+            let checkpoints = dir.path().join(format!("checkpoints-{workload}"));
+            let figures = weir_jobs::run(
+                workload,
+                input,
+                parallelism,
+                checkpointed.then_some(checkpoints.as_path()),
+            )
+            .unwrap();
+            let engine = if checkpointed {
+                Engine::Weir
+            } else {
+                Engine::WeirNoCheckpoints
+            };
+            assert_eq!(figures.engine, engine);
+            assert_eq!(
+                figures.records, expected.records,
+                "{workload} p{parallelism}"
+            );
+            assert_eq!(
+                figures.records_out,
+                Some(expected.records_out),
+                "{workload} p{parallelism}"
+            );
+            assert!(figures.cpu_seconds > 0.0 && figures.peak_rss_mib > 0.0);
+        }
+    }
+}
