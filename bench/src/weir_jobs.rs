@@ -54,7 +54,9 @@ fn json_lines<T: Record + serde::de::DeserializeOwned>(dir: &str) -> FileSource<
         dir,
         FileFormat::Lines,
         Arc::new(|raw, _location| match raw {
-            RawRecord::Line(line) => serde_json::from_slice(line).map_err(|e| e.to_string()),
+            RawRecord::Line(line) => std::str::from_utf8(line)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str(text).map_err(|e| e.to_string())),
             RawRecord::Csv { .. } => Err("a JSON decoder was given a CSV row".into()),
         }),
     )

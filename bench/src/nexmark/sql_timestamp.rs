@@ -40,30 +40,31 @@ impl SqlTimestamp {
         Self(((days_from_civil(year, month, day) * 24 + h) * 60 + m) * 60_000 + s * 1000 + ms)
     }
 
-    /// Parses `yyyy-MM-dd HH:mm:ss` with an optional fraction of 1 to 3 digits.
+    /// Parses `yyyy-MM-dd HH:mm:ss` with an optional fraction of 1 to 3 digits. Fixed
+    /// positions, checked once: this runs for every bid.
     pub fn parse(text: &str) -> Result<Self, String> {
+        const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
         let bad = || format!("`{text}` is not a timestamp of the form yyyy-MM-dd HH:mm:ss.SSS");
         let b = text.as_bytes();
-        if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b' ' || b[13] != b':' {
+        let separators_ok = b.len() >= 19
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b' '
+            && b[13] == b':'
+            && b[16] == b':';
+        if !separators_ok || DIGITS.iter().any(|&i| !b[i].is_ascii_digit()) {
             return Err(bad());
         }
-        if b[16] != b':' {
-            return Err(bad());
-        }
-        let num = |range: std::ops::Range<usize>| -> Result<i64, String> {
-            let digits = &b[range];
-            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                return Err(bad());
-            }
-            Ok(digits
-                .iter()
-                .fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
-        };
-        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-        let (h, m, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+        let digit = |i: usize| i64::from(b[i] - b'0');
+        let two = |i: usize| digit(i) * 10 + digit(i + 1);
+        let year = two(0) * 100 + two(2);
+        let (month, day, h, m, s) = (two(5), two(8), two(11), two(14), two(17));
         let ms = match b.len() {
             19 => 0,
-            21..=23 if b[19] == b'.' => num(20..b.len())? * [100, 10, 1][b.len() - 21],
+            21..=23 if b[19] == b'.' && b[20..].iter().all(u8::is_ascii_digit) => {
+                let fraction = b[20..].iter().fold(0, |n, d| n * 10 + i64::from(d - b'0'));
+                fraction * [100, 10, 1][b.len() - 21]
+            }
             _ => return Err(bad()),
         };
         if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::{committed, diff, failover_config, multiset, CommittingSink};
 use serde::{Deserialize, Serialize};
-use weir::connectors::file_source::{FileSource, MalformedPolicy, MalformedRecord};
+use weir::connectors::file_reader::{RawRecord, RecordLocation};
+use weir::connectors::file_source::{FileFormat, FileSource, MalformedPolicy, MalformedRecord};
 use weir::{ExecutionConfig, StreamExecutionEnvironment, WeirError};
 
 fn new_env(parallelism: u32) -> StreamExecutionEnvironment {
@@ -55,6 +56,45 @@ fn reads_lines_of_a_file_a_directory_and_a_glob() {
         env.execute("lines").unwrap();
         assert_eq!(sorted(out.take()), expected, "{path}");
     }
+}
+
+#[test]
+fn lines_know_their_numbers_and_may_be_longer_than_the_read_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("numbers.txt");
+    let long = "7".repeat(700_000);
+    write(&path, &format!("1\r\n{long}\n3\nx\n5"));
+    let path = path.display().to_string();
+    let parse = |raw: RawRecord<'_>, _: &RecordLocation<'_>| match raw {
+        RawRecord::Line(line) => std::str::from_utf8(line)
+            .map_err(|e| e.to_string())
+            .and_then(|text| match text.bytes().all(|b| b.is_ascii_digit()) {
+                true => Ok(text.len()),
+                false => Err(format!("{text:?} is not a number")),
+            }),
+        RawRecord::Csv { .. } => Err("not a line".to_string()),
+    };
+    let env = new_env(1);
+    let kept = env
+        .from_source(
+            FileSource::with_decoder(&path, FileFormat::Lines, Arc::new(parse))
+                .on_malformed(MalformedPolicy::Skip),
+            "numbers",
+        )
+        .collect();
+    env.execute("skip").unwrap();
+    assert_eq!(kept.take(), vec![1, 700_000, 1, 1]);
+    let env = new_env(1);
+    env.from_source(
+        FileSource::with_decoder(&path, FileFormat::Lines, Arc::new(parse)),
+        "numbers",
+    )
+    .collect();
+    let text = env.execute("fail").unwrap_err().to_string();
+    assert!(
+        text.contains("numbers.txt:4") && text.contains("\"x\""),
+        "{text}"
+    );
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -79,6 +79,33 @@ pub struct FileReader<T> {
     record: ByteRecord,
 }
 
+/// Appends the next line (with its `\n`, if any) to `line` and returns its length in bytes,
+/// 0 at the end. `BufRead::read_until` does the same with a byte-at-a-time-word search; the
+/// `memchr` crate's vectorized one matters for long lines such as JSON records.
+fn read_line(reader: &mut BufReader<File>, line: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            return Ok(read);
+        }
+        let (taken, done) = match memchr::memchr(b'\n', buffer) {
+            Some(at) => (at + 1, true),
+            None => (buffer.len(), false),
+        };
+        line.extend_from_slice(&buffer[..taken]);
+        reader.consume(taken);
+        read += taken;
+        if done {
+            return Ok(read);
+        }
+    }
+}
+
 fn open_at(path: &str, offset: u64) -> Result<BufReader<File>, BoxError> {
     let mut file =
         File::open(path).map_err(|e| format!("file source: cannot open `{path}`: {e}"))?;
@@ -180,18 +207,17 @@ impl<T: Record> FileReader<T> {
         match open {
             OpenFile::Lines(reader) => {
                 self.line_buffer.clear();
-                let n = reader
-                    .read_until(b'\n', &mut self.line_buffer)
-                    .map_err(|e| {
-                        format!(
-                            "file source: cannot read `{}` at byte {}: {e}",
-                            split.path, split.offset
-                        )
-                    })?;
+                let n = read_line(reader, &mut self.line_buffer).map_err(|e| {
+                    format!(
+                        "file source: cannot read `{}` at byte {}: {e}",
+                        split.path, split.offset
+                    )
+                })?;
                 if n == 0 {
                     return Ok(false);
                 }
                 split.offset += n as u64;
+                split.line += 1;
                 if self.line_buffer.last() == Some(&b'\n') {
                     self.line_buffer.pop();
                     if self.line_buffer.last() == Some(&b'\r') {
