@@ -89,9 +89,13 @@ struct SuiteArgs {
         default_value = "floor,weir-no-checkpoints,weir,flink"
     )]
     engines: Vec<Engine>,
-    /// Runs per engine, workload and parallelism; the one with the median records/s is kept.
-    #[arg(long, default_value_t = 1)]
+    /// Runs of the floor and Weir per workload and parallelism; the one with the median
+    /// records/s is kept (they take seconds, and the machine is noisy).
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Runs of Flink per workload and parallelism (each takes half a minute or more).
+    #[arg(long, default_value_t = 1)]
+    flink_runs: usize,
     /// The PyFlink virtual environment (made by bench/flink/install.sh when missing).
     #[arg(long, default_value = "target/tools/flink/venv")]
     flink_venv: PathBuf,
@@ -268,7 +272,11 @@ fn suite(args: &SuiteArgs) -> Result<()> {
                     parallelism
                 };
                 let mut repeats = Vec::new();
-                for _ in 0..args.runs.max(1) {
+                let repeat = match engine {
+                    Engine::Flink => args.flink_runs,
+                    _ => args.runs,
+                };
+                for _ in 0..repeat.max(1) {
                     let work_dir = data_dir
                         .join("runs")
                         .join(format!("{workload}-p{parallelism}-{}", engine.name()));
