@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
 # what the tests need (a Kafka-protocol broker and PostgreSQL servers on 127.0.0.1, stopped
-# again at the end), then formatting, lints, every test, and a smoke run of the main example.
+# again at the end), then formatting, lints, every test, and smoke runs of the main example and
+# of the Weir-vs-Flink benchmark (which installs Apache Flink into its own virtual environment).
 # Safe to run again: every step is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,10 @@ log "smoke run of the main example (census, with its injected failure and recove
 cargo run --locked -q -p weir-examples --bin census -- --quiet --work-dir target/census-smoke \
     --rate 40000 --checkpoint-interval-ms 200 2>/dev/null
 cargo run --locked -q -p weir-examples --bin page_view_count -- --records 200000 --pages 500 | tail -n 1
+log "smoke run of the Weir-vs-Flink benchmark on small inputs (installs Flink into target/tools/flink/venv once; fails if the engines' outputs disagree)"
+cargo run --locked -q -p weir-bench --bin weir-vs-flink -- --rows 20000 --events 20000 \
+    --parallelism 2 --workloads keyed,q2 --runs 1 --data-dir target/bench-smoke \
+    --json target/bench-smoke/results.json | tail -n 2
 log "documentation tests"
 cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"

@@ -7,8 +7,13 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="${1:-$root/target/tools/flink/venv}"
 version="2.3.0"
 if ! command -v java >/dev/null; then
-  echo "install.sh: java not found; Flink $version needs Java 11 or 17 (apt-get install openjdk-17-jre-headless)" >&2
-  exit 1
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Java 17 (openjdk-17-jre-headless) for Flink" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >&2
+  else
+    echo "install.sh: java not found; Flink $version needs Java 11 or 17 (apt-get install openjdk-17-jre-headless)" >&2
+    exit 1
+  fi
 fi
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('apache-flink') != '$version')" 2>/dev/null; then
   echo "$venv/bin/python"

@@ -23,8 +23,12 @@ pub struct FlinkResult {
     pub job_wall_seconds: f64,
     /// From the execution graph's RUNNING to FINISHED, from Flink's log.
     pub running_seconds: Option<f64>,
-    /// CPU seconds of the JVM during the job.
+    /// CPU seconds of the JVM while the job ran (from RUNNING to the end).
     pub cpu_seconds: f64,
+    /// CPU seconds of the JVM from submitting the statement: SQL planning, code
+    /// generation and deployment included.
+    #[serde(default)]
+    pub cpu_seconds_with_planning: Option<f64>,
     /// Peak RSS of the JVM, MiB.
     pub peak_rss_mib: Option<f64>,
     /// Checkpoints completed, from Flink's log.
@@ -55,6 +59,7 @@ impl FlinkResult {
             records_out: None,
             seconds: self.running_seconds.unwrap_or(self.job_wall_seconds),
             cpu_seconds: self.cpu_seconds,
+            cpu_seconds_with_setup: self.cpu_seconds_with_planning,
             peak_rss_mib: self.peak_rss_mib.unwrap_or(f64::NAN),
             checkpoints: self.checkpoints_completed,
             checkpoint_mean_ms: self.checkpoint_mean_ms,

@@ -194,6 +194,7 @@ pub fn run(workload: Workload, dir: &Path) -> Result<RunFigures, BenchError> {
         records_out: Some(output.records_out),
         seconds,
         cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+        cpu_seconds_with_setup: None,
         peak_rss_mib: after.peak_rss_mib,
         checkpoints: 0,
         checkpoint_mean_ms: None,

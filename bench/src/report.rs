@@ -65,8 +65,13 @@ pub struct RunFigures {
     /// Seconds the job ran: Weir from submission to the end; Flink from its execution
     /// graph's RUNNING to FINISHED (without JVM start, SQL planning and deployment).
     pub seconds: f64,
-    /// CPU seconds of the engine's process (for Flink its JVM, SQL planning included).
+    /// CPU seconds of the engine's process while the job ran (for Flink its JVM from the
+    /// job's RUNNING on: SQL planning and deployment before it are left out).
     pub cpu_seconds: f64,
+    /// Flink only: CPU seconds of its JVM from submitting the SQL statement, planning,
+    /// code generation and deployment included.
+    #[serde(default)]
+    pub cpu_seconds_with_setup: Option<f64>,
     /// Peak resident memory of the engine's process, MiB (for Flink its JVM).
     pub peak_rss_mib: f64,
     /// Checkpoints completed.
@@ -200,6 +205,7 @@ mod tests {
             records_out: None,
             seconds,
             cpu_seconds: cpu,
+            cpu_seconds_with_setup: None,
             peak_rss_mib: rss,
             checkpoints: 3,
             checkpoint_mean_ms: Some(12.5),

@@ -147,6 +147,7 @@ pub fn run(
             .map(|sink| sink.records_in),
         seconds: result.wall_time.as_secs_f64(),
         cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+        cpu_seconds_with_setup: None,
         peak_rss_mib: after.peak_rss_mib,
         checkpoints: result.checkpoints.completed,
         checkpoint_mean_ms: result
