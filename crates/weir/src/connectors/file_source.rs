@@ -126,7 +126,7 @@ fn decode_csv<T: DeserializeOwned>(
 ) -> Result<T, String> {
     match raw {
         RawRecord::Csv { record, headers } => {
-            record.deserialize(headers).map_err(|e| e.to_string())
+            crate::connectors::csv_fields::decode_record(record, headers).map_err(|e| e.to_string())
         }
         RawRecord::Line(_) => Err("a CSV decoder was given a line".into()),
     }

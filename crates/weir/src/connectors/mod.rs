@@ -3,6 +3,7 @@
 
 pub mod collect;
 pub mod collection;
+pub mod csv_fields;
 pub mod discard;
 pub mod file_reader;
 pub mod file_sink;
