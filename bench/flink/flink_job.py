@@ -201,6 +201,8 @@ def main():
         "job_wall_seconds": t2 - t1,
         "running_seconds": running,
         "cpu_seconds": cpu1 - at_running.get("cpu", cpu0),
+        # False when the RUNNING line was not seen in time: CPU then includes planning.
+        "cpu_from_running": "cpu" in at_running,
         "cpu_seconds_with_planning": cpu1 - cpu0,
         "peak_rss_mib": status_mib(jvm, "VmHWM"),
         "checkpoints_completed": len(durations),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Apache Flink (PyFlink 2.3.0 from PyPI, with its jars) into its own virtual
-# environment, idempotently, and prints the environment's python. Java 17 must be on PATH.
+# environment, idempotently, and prints the environment's python. Needs PyPI and Java 11 or
+# 17, which it installs with apt when missing and run as root.
 # usage: bench/flink/install.sh [VENV_DIR]   (default: target/tools/flink/venv)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"

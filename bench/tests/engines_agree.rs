@@ -26,6 +26,7 @@ fn weir_pipelines_match_the_floor() {
             events: 30_000,
             seed: 5,
             files: 3,
+            generator_version: weir_bench::nexmark::generator::GENERATOR_VERSION,
         },
     )
     .unwrap();

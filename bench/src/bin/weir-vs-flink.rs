@@ -242,6 +242,7 @@ fn suite(args: &SuiteArgs) -> Result<()> {
             events: args.events,
             seed: args.seed,
             files: args.files,
+            generator_version: weir_bench::nexmark::generator::GENERATOR_VERSION,
         };
         Some(inputs::nexmark_input(&data_dir, &spec)?)
     } else {

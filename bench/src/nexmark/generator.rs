@@ -32,9 +32,15 @@ const NUM_ACTIVE_PEOPLE: i64 = 1000;
 const NUM_IN_FLIGHT_AUCTIONS: i64 = 100;
 const PERSON_ID_LEAD: i64 = 10;
 const AUCTION_ID_LEAD: i64 = 10;
+/// One in this many auctions chosen by a bid is any recent one; the others are hot.
 const HOT_AUCTION_RATIO: i64 = 2;
+/// One in this many sellers is any active person; the others are hot.
 const HOT_SELLER_RATIO: i64 = 4;
+/// One in this many bidders is any active person; the others are hot.
 const HOT_BIDDER_RATIO: i64 = 4;
+/// Hot ids are the first of each batch of this many (the Beam and Flink generators'
+/// `HOT_AUCTION_RATIO`, `HOT_SELLER_RATIO` and `HOT_BIDDER_RATIO` constants, all 100).
+const HOT_BATCH: i64 = 100;
 const HOT_CHANNEL_RATIO: i64 = 2;
 const CHANNELS: i64 = 10_000;
 const AVG_PERSON_BYTES: usize = 200;
@@ -73,7 +79,14 @@ pub struct NexmarkInputSpec {
     pub seed: u64,
     /// Part files.
     pub files: u32,
+    /// The generator's version: a change to what it writes bumps it, so that inputs made
+    /// by an older one are regenerated.
+    #[serde(default)]
+    pub generator_version: u32,
 }
+
+/// The current [`NexmarkInputSpec::generator_version`].
+pub const GENERATOR_VERSION: u32 = 2;
 
 /// The kind of event number `n`.
 pub fn event_type(n: u64) -> u8 {
@@ -225,7 +238,7 @@ impl NexmarkGenerator {
 
     fn auction(&mut self, n: i64, date_time: SqlTimestamp) -> Auction {
         let seller = if self.below(HOT_SELLER_RATIO) > 0 {
-            (last_base0_person_id(n) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
+            (last_base0_person_id(n) / HOT_BATCH) * HOT_BATCH
         } else {
             self.next_base0_person_id(n)
         } + FIRST_PERSON_ID;
@@ -258,12 +271,12 @@ impl NexmarkGenerator {
 
     fn bid(&mut self, n: i64, date_time: SqlTimestamp) -> Bid {
         let auction = if self.below(HOT_AUCTION_RATIO) > 0 {
-            (last_base0_auction_id(n) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
+            (last_base0_auction_id(n) / HOT_BATCH) * HOT_BATCH
         } else {
             self.next_base0_auction_id(n)
         } + FIRST_AUCTION_ID;
         let bidder = if self.below(HOT_BIDDER_RATIO) > 0 {
-            (last_base0_person_id(n) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
+            (last_base0_person_id(n) / HOT_BATCH) * HOT_BATCH + 1
         } else {
             self.next_base0_person_id(n)
         } + FIRST_PERSON_ID;
@@ -397,6 +410,7 @@ mod tests {
             events: 500,
             seed: 1,
             files: 2,
+            generator_version: GENERATOR_VERSION,
         };
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         write_nexmark_input(a.path(), &spec).unwrap();

@@ -97,9 +97,8 @@ fn lines_know_their_numbers_and_may_be_longer_than_the_read_buffer() {
     );
 }
 
-/// Random CSV text (blank lines, CRLF, quotes balanced or not, quoted line ends) reads as
-/// the csv crate reads it: the line-splitting fast path hands over to the full parser
-/// exactly where it must.
+/// Random CSV text (blank lines, CRLF, quotes balanced or not, quoted line ends, lone
+/// carriage returns) reads as the csv crate reads it, and decodes as it decodes it.
 #[test]
 fn csv_reads_as_the_csv_crate_reads_it() {
     let plain = ["a", "bb", ",", ",", "\n", "\n", "\r\n", " "];
@@ -249,8 +248,8 @@ fn offsets_are_restored_exactly_after_failures() {
     for f in 0..4 {
         let mut text = String::from("id,value\n");
         for i in 0..2_500 {
-            // File 2 turns to quoted ids half way, one of them over two lines: its rest is
-            // read by the full CSV parser, also after the restore at 2-1800.
+            // File 2 turns to quoted ids half way, one of them over two lines, and fails
+            // after them (2-1800): the restore resumes inside the quoted part.
             let id = match (f, i) {
                 (2, 1500) => format!("{f}-{i}\nsecond line"),
                 _ => format!("{f}-{i}"),

@@ -254,7 +254,12 @@ impl<'de> MapAccess<'de> for NamedFields<'_, '_> {
             return Err(give_up());
         };
         if self.0.next >= self.0.record.len() {
-            return Ok(None);
+            // A row shorter than the header is the csv crate's to judge (it reads a field
+            // for every header, ignored ones too).
+            return match self.0.next >= headers.len() {
+                true => Ok(None),
+                false => Err(give_up()),
+            };
         }
         let name = headers.get(self.0.next).ok_or_else(give_up)?;
         let name = std::str::from_utf8(name).map_err(|_| give_up())?;
@@ -276,6 +281,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct NameAndAge {
+        name: String,
+        #[serde(default)]
+        age: u32,
+    }
 
     #[derive(Debug, PartialEq, Deserialize)]
     struct Person {
@@ -321,6 +333,8 @@ mod tests {
             agree::<(Option<i64>, String)>(&record, None)?;
             let headers = ByteRecord::from(vec!["name", "age", "score"]);
             agree::<Person>(&record, Some(&headers))?;
+            agree::<NameAndAge>(&record, Some(&headers))?;
+            agree::<NameAndAge>(&record, Some(&ByteRecord::from(vec!["age", "name"])))?;
             agree::<(String, u32, Option<f64>)>(&record, Some(&headers))?;
         }
     }
