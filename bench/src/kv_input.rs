@@ -35,14 +35,21 @@ pub fn part_range(rows: u64, files: u32, file: u32) -> std::ops::Range<u64> {
     start..start + base + u64::from(file < extra)
 }
 
-/// Writes `spec`'s part files `part-N.csv` into `dir`, one thread per file.
-pub fn write_kv_input(dir: &Path, spec: &KvInputSpec) -> Result<(), BenchError> {
+/// Writes `files` part files `part-N.{extension}` into `dir`, each by `write_part(path, N)`
+/// on its own thread.
+pub fn write_parts(
+    dir: &Path,
+    files: u32,
+    extension: &str,
+    write_part: impl Fn(&Path, u32) -> Result<(), BenchError> + Sync,
+) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir).map_err(BenchError::io("creating", dir))?;
+    let write_part = &write_part;
     std::thread::scope(|scope| {
-        let writers: Vec<_> = (0..spec.files)
+        let writers: Vec<_> = (0..files)
             .map(|file| {
-                let path = dir.join(format!("part-{file}.csv"));
-                scope.spawn(move || write_part(&path, spec, file))
+                let path = dir.join(format!("part-{file}.{extension}"));
+                scope.spawn(move || write_part(&path, file))
             })
             .collect();
         writers
@@ -54,6 +61,13 @@ pub fn write_kv_input(dir: &Path, spec: &KvInputSpec) -> Result<(), BenchError> 
             .collect::<Result<Vec<()>, _>>()
     })?;
     Ok(())
+}
+
+/// Writes `spec`'s part files `part-N.csv` into `dir`, one thread per file.
+pub fn write_kv_input(dir: &Path, spec: &KvInputSpec) -> Result<(), BenchError> {
+    write_parts(dir, spec.files, "csv", |path, file| {
+        write_part(path, spec, file)
+    })
 }
 
 fn write_part(path: &Path, spec: &KvInputSpec, file: u32) -> Result<(), BenchError> {

@@ -16,7 +16,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::kv_input::part_range;
+use crate::kv_input::{part_range, write_parts};
 use crate::nexmark::model::{Auction, Bid, NexmarkEvent, Person, AUCTION, BID, PERSON};
 use crate::nexmark::sql_timestamp::SqlTimestamp;
 
@@ -316,23 +316,9 @@ impl NexmarkGenerator {
 /// Writes `spec`'s events as JSON lines into part files `part-N.json` of `dir`, one thread
 /// per file.
 pub fn write_nexmark_input(dir: &Path, spec: &NexmarkInputSpec) -> Result<(), BenchError> {
-    std::fs::create_dir_all(dir).map_err(BenchError::io("creating", dir))?;
-    std::thread::scope(|scope| {
-        let writers: Vec<_> = (0..spec.files)
-            .map(|file| {
-                let path = dir.join(format!("part-{file}.json"));
-                scope.spawn(move || write_part(&path, spec, file))
-            })
-            .collect();
-        writers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(BenchError::Run("a writer thread panicked".into())))
-            })
-            .collect::<Result<Vec<()>, _>>()
-    })?;
-    Ok(())
+    write_parts(dir, spec.files, "json", |path, file| {
+        write_part(path, spec, file)
+    })
 }
 
 fn write_part(path: &Path, spec: &NexmarkInputSpec, file: u32) -> Result<(), BenchError> {
