@@ -91,16 +91,17 @@ impl FlinkRunner {
     /// Installs Flink if missing (`bench/flink/install.sh`, idempotent) and returns a runner.
     pub fn install(bench_dir: &Path, venv: &Path) -> Result<Self, BenchError> {
         let installer = bench_dir.join("flink/install.sh");
+        // Its progress (a first install takes a minute) goes straight to our stderr.
         let output = Command::new(&installer)
             .arg(venv)
+            .stderr(std::process::Stdio::inherit())
             .output()
             .map_err(BenchError::io("running", &installer))?;
         if !output.status.success() {
             return Err(BenchError::Run(format!(
-                "{} failed ({}): {}",
+                "{} failed ({}); its messages are above",
                 installer.display(),
                 output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
         let python = String::from_utf8_lossy(&output.stdout).trim().to_string();
