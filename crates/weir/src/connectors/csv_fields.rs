@@ -158,6 +158,16 @@ impl<'de, 'r> Deserializer<'de> for FieldDeserializer<'r> {
         visitor.visit_unit()
     }
 
+    /// An empty field is `None`, as for the csv crate; rows with optional columns would
+    /// otherwise be decoded twice (here, then by the csv crate).
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PlainError> {
+        if self.0.is_empty() {
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
@@ -167,8 +177,8 @@ impl<'de, 'r> Deserializer<'de> for FieldDeserializer<'r> {
     }
 
     serde::forward_to_deserialize_any! {
-        i128 u128 char bytes byte_buf option unit unit_struct seq tuple tuple_struct map
-        struct enum identifier
+        i128 u128 char bytes byte_buf unit unit_struct seq tuple tuple_struct map struct enum
+        identifier
     }
 }
 
