@@ -100,6 +100,12 @@ pub struct SlowCommitFileSink {
 
 impl TwoPhaseCommitSink<String> for SlowCommitFileSink {
     type Transaction = FileTransaction;
+    fn find_committed_output(
+        &mut self,
+        context: &RuntimeContext,
+    ) -> Result<Option<String>, BoxError> {
+        self.inner.find_committed_output(context)
+    }
     fn abort_lingering(
         &mut self,
         context: &RuntimeContext,
@@ -145,6 +151,9 @@ pub struct SlowBatchCommitter {
 }
 
 impl BatchCommitter<String> for SlowBatchCommitter {
+    fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
+        self.inner.find_committed_output()
+    }
     fn commit_batch(&mut self, id: BatchId, records: &[String]) -> Result<(), BoxError> {
         if !self.delay.is_zero() {
             eprintln!(

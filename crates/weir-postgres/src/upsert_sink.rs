@@ -40,6 +40,10 @@ pub struct PostgresUpsertWriter<T> {
 
 impl<T: Serialize + Send + 'static> Sink<T> for PostgresUpsertSink<T> {
     type Writer = PostgresUpsertWriter<T>;
+    /// Replays overwrite rows by key: harmless.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, _context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
         Ok(PostgresUpsertWriter {
             settings: self.settings.clone(),

@@ -226,6 +226,12 @@ pub enum WeirError {
     /// Checkpoint storage failed.
     #[error(transparent)]
     Storage(#[from] crate::checkpoint::storage::StorageError),
+    /// Recovery refuses: restoring what it could would commit output a second time.
+    #[error(transparent)]
+    Recovery(#[from] crate::checkpoint::recovery::RecoveryError),
+    /// This process lost its job to another one and stopped.
+    #[error(transparent)]
+    Fenced(#[from] crate::checkpoint::fencing::FencedError),
     /// The job was asked for something it cannot do now.
     #[error("{0}")]
     InvalidRequest(String),

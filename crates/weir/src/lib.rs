@@ -30,6 +30,8 @@ pub use api::keyed_stream::KeyedStream;
 pub use checkpoint::config::{
     CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, RetentionOnCancel,
 };
+pub use checkpoint::fencing::{FencedError, FencingToken};
+pub use checkpoint::recovery::{CorruptCheckpointPolicy, RecoveryError};
 pub use checkpoint::restart_strategy::RestartStrategyConfig;
 pub use config::ExecutionConfig;
 pub use error::{BoxError, WeirError};

@@ -38,7 +38,7 @@ impl ProcessFunction<(usize, u64), ()> for Tally {
         );
         self.counts[value.0] += 1;
         // Slow the operator so that barriers queue behind records and alignment matters.
-        if value.1 % 64 == 0 {
+        if value.1.is_multiple_of(64) {
             std::thread::sleep(Duration::from_micros(300));
         }
         Ok(())

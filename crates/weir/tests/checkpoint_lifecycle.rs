@@ -15,9 +15,9 @@ use weir::checkpoint::stats::CheckpointStatus;
 use weir::connectors::discard::DiscardingSink;
 use weir::connectors::generator::GeneratorSource;
 use weir::{
-    BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, ExecutionConfig,
-    FunctionStateContext, ProcessFunction, RestartStrategyConfig, RetentionOnCancel,
-    RuntimeContext, StreamExecutionEnvironment,
+    BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, CorruptCheckpointPolicy,
+    ExecutionConfig, FunctionStateContext, ProcessFunction, RecoveryError, RestartStrategyConfig,
+    RetentionOnCancel, RuntimeContext, StreamExecutionEnvironment,
 };
 
 /// Passes records on; sleeps in every snapshot, to make checkpoints slow.
@@ -316,24 +316,58 @@ fn damage(checkpoint_dir: &Path, what: Damage) {
     }
 }
 
+/// How a corruption run is set up.
+#[derive(Clone, Copy, Default)]
+struct Setup {
+    allow_duplicates: bool,
+    local_recovery: bool,
+    /// The sink declares that replays are harmless.
+    idempotent_sink: bool,
+}
+
+/// A sink that declares its replays harmless (it is the committing sink underneath, so the
+/// test still sees what it committed).
+#[derive(Clone)]
+struct DeclaredIdempotent(CommittingSink<(u64, u64)>);
+
+impl weir::connectors::sink::Sink<(u64, u64)> for DeclaredIdempotent {
+    type Writer = common::CommittingWriter<(u64, u64)>;
+    fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
+        self.0.create_writer(context)
+    }
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
+}
+
+/// What a corruption run saw: the damaged checkpoints, the result, and the committed counts.
+type CorruptionRun = (Vec<u64>, weir::JobExecutionResult, Vec<(u64, u64)>);
+
 /// A keyed count whose fault injector, before failing once at `fail_at`, damages the
 /// newest checkpoint(s) on disk.
 fn run_with_corruption(
     dir: &Path,
     fail_at: u64,
     what: Damage,
-) -> Result<(Vec<u64>, weir::JobExecutionResult), weir::WeirError> {
+    setup: Setup,
+) -> Result<CorruptionRun, weir::WeirError> {
     const RECORDS: u64 = 12_000;
+    let mut checkpointing = CheckpointConfig::default()
+        .with_interval(Duration::from_millis(30))
+        .with_retained(3)
+        .with_storage(CheckpointStorageConfig::FileSystem(dir.join("primary")));
+    if setup.allow_duplicates {
+        checkpointing =
+            checkpointing.with_corrupt_checkpoint_policy(CorruptCheckpointPolicy::AllowDuplicates);
+    }
+    if setup.local_recovery {
+        checkpointing = checkpointing.with_local_recovery(dir.join("local-copy"));
+    }
     let config = ExecutionConfig::default()
         .with_parallelism(2)
         .with_buffer_size(64)
         .with_buffer_timeout(Duration::from_millis(5))
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(Duration::from_millis(30))
-                .with_retained(3)
-                .with_storage(CheckpointStorageConfig::FileSystem(dir.to_path_buf())),
-        )
+        .with_checkpointing(checkpointing)
         .with_restart_strategy(RestartStrategyConfig::FixedDelay {
             attempts: 3,
             delay: Duration::from_millis(5),
@@ -343,46 +377,52 @@ fn run_with_corruption(
     let failed = Arc::new(AtomicBool::new(false));
     let corrupted: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
     let corrupted_in_job = corrupted.clone();
-    let job = job_dir(dir, "corrupt");
-    env.from_source(
-        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
-        "numbers",
-    )
-    .map(move |i: u64| {
-        if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
-            // This subtask no longer takes checkpoints; let those already in flight settle,
-            // so that no checkpoint completes between the damage and the failure.
-            std::thread::sleep(Duration::from_millis(150));
-            let complete: Vec<u64> = checkpoint_dirs(&job)
-                .into_iter()
-                .filter(|c| c.1)
-                .map(|c| c.0)
-                .collect();
-            let victims: Vec<u64> = if what == Damage::AllMetadata {
-                complete.clone()
-            } else {
-                complete.last().copied().into_iter().collect()
-            };
-            corrupted_in_job
-                .lock()
-                .unwrap()
-                .extend(victims.iter().copied());
-            for id in victims {
-                damage(&job.join(format!("chk-{id}")), what);
+    let job = job_dir(&dir.join("primary"), "corrupt");
+    let counts = env
+        .from_source(
+            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+            "numbers",
+        )
+        .map(move |i: u64| {
+            if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
+                // This subtask no longer takes checkpoints; let those already in flight
+                // settle, so that no checkpoint completes between the damage and the failure.
+                std::thread::sleep(Duration::from_millis(150));
+                let complete: Vec<u64> = checkpoint_dirs(&job)
+                    .into_iter()
+                    .filter(|c| c.1)
+                    .map(|c| c.0)
+                    .collect();
+                let victims: Vec<u64> = if what == Damage::AllMetadata {
+                    complete.clone()
+                } else {
+                    complete.last().copied().into_iter().collect()
+                };
+                corrupted_in_job
+                    .lock()
+                    .unwrap()
+                    .extend(victims.iter().copied());
+                for id in victims {
+                    damage(&job.join(format!("chk-{id}")), what);
+                }
+                panic!("injected failure after corrupting checkpoints {complete:?}");
             }
-            panic!("injected failure after corrupting checkpoints {complete:?}");
-        }
-        i
-    })
-    .key_by(|i: &u64| mix(*i) % 53)
-    .count()
-    .uid("count")
-    .sink_to(sink, "committed");
+            i
+        })
+        .key_by(|i: &u64| mix(*i) % 53)
+        .count()
+        .uid("count");
+    if setup.idempotent_sink {
+        counts.sink_to(DeclaredIdempotent(sink), "committed");
+    } else {
+        counts.sink_to(sink, "committed");
+    }
     let result = env.execute("corrupt")?;
+    let output = committed(&store);
     let mut max_count: HashMap<u64, u64> = HashMap::new();
-    for (k, n) in committed(&store) {
-        let e = max_count.entry(k).or_insert(0);
-        *e = (*e).max(n);
+    for (k, n) in &output {
+        let e = max_count.entry(*k).or_insert(0);
+        *e = (*e).max(*n);
     }
     let mut truth: HashMap<u64, u64> = HashMap::new();
     for i in 0..RECORDS {
@@ -390,40 +430,111 @@ fn run_with_corruption(
     }
     assert_eq!(max_count, truth, "final counts after recovery");
     let corrupted = corrupted.lock().unwrap().clone();
-    Ok((corrupted, result))
+    Ok((corrupted, result, output))
 }
 
 #[test]
-fn corrupt_checkpoints_fall_back_to_the_previous_retained_checkpoint() {
-    for what in [Damage::NewestMetadata, Damage::NewestStateFiles] {
+fn a_corrupt_newest_checkpoint_is_refused_when_sinks_may_have_committed_its_output() {
+    for what in [
+        Damage::NewestMetadata,
+        Damage::NewestStateFiles,
+        Damage::AllMetadata,
+    ] {
         let dir = tempfile::tempdir().unwrap();
-        let (corrupted, result) = run_with_corruption(dir.path(), 8_000, what).unwrap();
-        assert_eq!(
-            corrupted.len(),
-            1,
-            "a checkpoint had completed before the failure"
-        );
-        assert_eq!(result.restarts, 1);
-        assert_eq!(result.restored_from.len(), 1, "{:?}", result.restored_from);
+        let err = run_with_corruption(dir.path(), 8_000, what, Setup::default())
+            .expect_err("must not fall back past committed output");
+        let text = err.to_string();
         assert!(
-            result.restored_from[0] < corrupted[0],
-            "restored from {:?}, but checkpoint {} was corrupt",
-            result.restored_from,
-            corrupted[0]
+            matches!(
+                err,
+                weir::WeirError::Recovery(RecoveryError::Unusable { .. })
+            ),
+            "{text}"
+        );
+        let newest = checkpoint_dirs(&job_dir(&dir.path().join("primary"), "corrupt"))
+            .into_iter()
+            .map(|c| c.0)
+            .max()
+            .unwrap();
+        assert!(
+            text.contains(&format!(
+                "cannot restore checkpoint {newest} of job `corrupt`"
+            )) && text.contains("recovery.fallback-on-corrupt-checkpoint")
+                && text.contains("`Sink: committed`"),
+            "{text}"
+        );
+        let file = if what == Damage::NewestStateFiles {
+            ".keyed"
+        } else {
+            "_metadata"
+        };
+        assert!(
+            text.contains(&format!("chk-{newest}/")) && text.contains(file),
+            "names the file: {text}"
         );
     }
 }
 
 #[test]
-fn all_retained_checkpoints_corrupt_is_an_error_not_an_empty_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let err = run_with_corruption(dir.path(), 8_000, Damage::AllMetadata)
-        .expect_err("must not start from empty state");
-    let text = err.to_string();
-    assert!(
-        text.contains("refusing to start from empty state"),
-        "{text}"
-    );
+fn falling_back_past_committed_output_needs_the_option_or_idempotent_sinks() {
+    let allowed = Setup {
+        allow_duplicates: true,
+        ..Setup::default()
+    };
+    let idempotent = Setup {
+        idempotent_sink: true,
+        ..Setup::default()
+    };
+    for setup in [allowed, idempotent] {
+        for what in [Damage::NewestMetadata, Damage::NewestStateFiles] {
+            let dir = tempfile::tempdir().unwrap();
+            let (corrupted, result, _) =
+                run_with_corruption(dir.path(), 8_000, what, setup).unwrap();
+            assert_eq!(
+                corrupted.len(),
+                1,
+                "a checkpoint completed before the failure"
+            );
+            assert_eq!(result.restarts, 1);
+            assert_eq!(result.restored_from.len(), 1, "{:?}", result.restored_from);
+            assert!(
+                result.restored_from[0] < corrupted[0],
+                "restored from {:?}, but checkpoint {} was corrupt",
+                result.restored_from,
+                corrupted[0]
+            );
+        }
+    }
+}
+
+#[test]
+fn the_local_copy_keeps_the_newest_checkpoint_restorable_and_the_output_exact() {
+    let setup = Setup {
+        local_recovery: true,
+        ..Setup::default()
+    };
+    for what in [
+        Damage::NewestMetadata,
+        Damage::NewestStateFiles,
+        Damage::AllMetadata,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (corrupted, result, output) =
+            run_with_corruption(dir.path(), 8_000, what, setup).unwrap();
+        let newest = corrupted.iter().copied().max().unwrap();
+        assert_eq!(
+            result.restored_from,
+            vec![newest],
+            "the damaged newest checkpoint is restored from its copy"
+        );
+        // Exactly once: every running count of every key, once.
+        let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+        for pair in output {
+            *seen.entry(pair).or_default() += 1;
+        }
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "duplicated: {twice:?}");
+    }
 }
 
 #[test]

@@ -76,6 +76,10 @@ struct LatestPerKeyWriter {
 
 impl Sink<(u64, u64)> for LatestPerKeySink {
     type Writer = LatestPerKeyWriter;
+    /// Keeps the latest count per key: a replay overwrites with the same values.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, _context: &RuntimeContext) -> Result<LatestPerKeyWriter, BoxError> {
         Ok(LatestPerKeyWriter {
             table: HashMap::new(),

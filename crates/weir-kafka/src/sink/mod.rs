@@ -248,6 +248,11 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
 
 impl<T: Send + 'static> Sink<T> for KafkaSink<T> {
     type Writer = KafkaSinkWriter<T>;
+    /// Only the exactly-once sink commits (its transactions, on checkpoint completion); the
+    /// others write at least once, so a replay adds nothing they do not promise already.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        self.settings.guarantee == DeliveryGuarantee::ExactlyOnce
+    }
     fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
         if context.subtask_index() == 0 {
             if let Some(warning) = exactly_once_warning(

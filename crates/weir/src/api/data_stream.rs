@@ -251,6 +251,7 @@ impl<T: Record> DataStream<T> {
 
     /// Writes the stream to `sink`.
     pub fn sink_to<S: Sink<T>>(&self, sink: S, name: &str) -> DataStreamSink {
+        let commits = sink.commits_on_checkpoint_completion();
         let stream = self.add_operator::<()>(
             &format!("Sink: {name}"),
             OperatorKind::Sink,
@@ -260,9 +261,13 @@ impl<T: Record> DataStream<T> {
                 Ok(Box::new(SinkWriterOperator::new(setup, writer)))
             },
         );
+        let node = stream.own_node();
+        configure_node(&stream.builder, node, "sink_to", |n| {
+            n.commits_on_checkpoint = commits
+        });
         DataStreamSink {
             builder: stream.builder.clone(),
-            node: stream.own_node(),
+            node,
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::checkpoint::fencing::FencingToken;
 use crate::config::ExecutionConfig;
 use crate::error::BoxError;
 use crate::runtime::output::Collector;
@@ -46,6 +47,8 @@ pub struct RuntimeContext {
     pub(crate) max_parallelism: u32,
     pub(crate) checkpointing: bool,
     pub(crate) config: Arc<ExecutionConfig>,
+    pub(crate) fencing: FencingToken,
+    pub(crate) restored_from: Option<u64>,
 }
 
 impl RuntimeContext {
@@ -58,6 +61,8 @@ impl RuntimeContext {
             max_parallelism: setup.max_parallelism,
             checkpointing: setup.config.checkpoint.interval.is_some(),
             config: Arc::new(setup.config.clone()),
+            fencing: setup.fencing.clone(),
+            restored_from: setup.restored_from,
         }
     }
     /// The operator's name.
@@ -84,6 +89,18 @@ impl RuntimeContext {
     /// Number of key groups.
     pub fn max_parallelism(&self) -> u32 {
         self.max_parallelism
+    }
+    /// The fencing token of the process running the job: its epoch, which sinks put into
+    /// the names of their transactions, and [`FencingToken::check`], which a sink calls right
+    /// before every commit so that a process that lost its job (it stalled while another one
+    /// took over) commits nothing more.
+    pub fn fencing_token(&self) -> &FencingToken {
+        &self.fencing
+    }
+    /// The checkpoint or savepoint this run of the job was restored from; `None` when it
+    /// started from empty state (Flink's `isRestored()`).
+    pub fn restored_checkpoint_id(&self) -> Option<u64> {
+        self.restored_from
     }
     /// Whether the job takes periodic checkpoints. Transactional sinks then commit only when
     /// a checkpoint completes — the job ends with a final checkpoint — and never at the end of

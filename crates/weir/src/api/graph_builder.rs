@@ -43,6 +43,7 @@ pub(crate) struct PendingNode {
     pub max_parallelism: Option<u32>,
     pub chaining: ChainingStrategy,
     pub keyed: bool,
+    pub commits_on_checkpoint: bool,
     pub output_type: Arc<dyn StreamType>,
     pub factory: NodeFactory,
 }
@@ -62,6 +63,7 @@ impl PendingNode {
             max_parallelism: None,
             chaining: ChainingStrategy::Always,
             keyed: false,
+            commits_on_checkpoint: false,
             output_type,
             factory,
         }
@@ -162,6 +164,7 @@ impl GraphBuilder {
                 chaining: n.chaining,
                 keyed: n.keyed,
                 output_type: n.output_type.type_name().to_string(),
+                commits_on_checkpoint: n.commits_on_checkpoint,
             });
         }
         let edges = self

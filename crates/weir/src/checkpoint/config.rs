@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::recovery::CorruptCheckpointPolicy;
 use crate::error::ConfigError;
 
 /// Guarantee that checkpoints give.
@@ -72,6 +73,15 @@ pub struct CheckpointConfig {
     pub retention_on_cancel: RetentionOnCancel,
     /// Where checkpoints go.
     pub storage: CheckpointStorageConfig,
+    /// A second copy of every checkpoint file — state files, metadata and the job record —
+    /// under this directory, as Flink's task-local recovery keeps
+    /// (`state.backend.local-recovery`): recovery reads whichever copy verifies, so a damaged
+    /// or deleted file does not make the newest checkpoint unrestorable. Needs filesystem
+    /// storage; off by default.
+    pub local_recovery: Option<PathBuf>,
+    /// What recovery may do when the checkpoint it must restore is corrupt or missing
+    /// (`recovery.fallback-on-corrupt-checkpoint`).
+    pub corrupt_checkpoint_policy: CorruptCheckpointPolicy,
 }
 
 impl Default for CheckpointConfig {
@@ -86,6 +96,8 @@ impl Default for CheckpointConfig {
             retained: 1,
             retention_on_cancel: RetentionOnCancel::Delete,
             storage: CheckpointStorageConfig::FileSystem(PathBuf::from("weir-checkpoints")),
+            local_recovery: None,
+            corrupt_checkpoint_policy: CorruptCheckpointPolicy::Refuse,
         }
     }
 }
@@ -134,6 +146,17 @@ impl CheckpointConfig {
     /// Sets the checkpoint storage.
     pub fn with_storage(mut self, storage: CheckpointStorageConfig) -> Self {
         self.storage = storage;
+        self
+    }
+
+    /// Keeps a second copy of every checkpoint file under `dir` (task-local recovery).
+    pub fn with_local_recovery(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.local_recovery = Some(dir.into());
+        self
+    }
+    /// Sets what recovery may do when the checkpoint it must restore is unusable.
+    pub fn with_corrupt_checkpoint_policy(mut self, policy: CorruptCheckpointPolicy) -> Self {
+        self.corrupt_checkpoint_policy = policy;
         self
     }
 
@@ -194,6 +217,25 @@ impl CheckpointConfig {
                 ));
             }
         }
+        if let Some(copy) = &self.local_recovery {
+            let primary = match &self.storage {
+                CheckpointStorageConfig::FileSystem(dir) => dir,
+                CheckpointStorageConfig::Memory => {
+                    return Err(err(
+                        "state.backend.local-recovery",
+                        copy.display().to_string(),
+                        "needs checkpoint storage on a filesystem, not in memory",
+                    ))
+                }
+            };
+            if copy.as_os_str().is_empty() || copy == primary {
+                return Err(err(
+                    "state.backend.local-recovery",
+                    copy.display().to_string(),
+                    "must be a directory of its own, not the checkpoint directory",
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -230,6 +272,18 @@ mod tests {
                 "checkpoint.max_concurrent",
             ),
             (base.clone().with_retained(0), "checkpoint.retained"),
+            (
+                base.clone()
+                    .with_storage(CheckpointStorageConfig::Memory)
+                    .with_local_recovery("/tmp/copy"),
+                "state.backend.local-recovery",
+            ),
+            (
+                base.clone()
+                    .with_storage(CheckpointStorageConfig::FileSystem("/c".into()))
+                    .with_local_recovery("/c"),
+                "state.backend.local-recovery",
+            ),
             (
                 base.clone()
                     .with_storage(CheckpointStorageConfig::FileSystem(PathBuf::new())),

@@ -77,6 +77,7 @@ impl PendingCheckpoint {
     pub fn to_metadata(
         &self,
         job_name: &str,
+        epoch: u64,
         operator: impl Fn(NodeId) -> (String, String, u32, u32),
     ) -> CheckpointMetadata {
         fn entry<'a>(
@@ -120,6 +121,7 @@ impl PendingCheckpoint {
             checkpoint_id: self.id(),
             kind: self.barrier.snapshot_type,
             job_name: job_name.to_string(),
+            epoch,
             timestamp_millis: self.barrier.timestamp_millis,
             operators,
         }
@@ -399,6 +401,18 @@ impl CheckpointCoordinator {
             .collect()
     }
 
+    /// Checkpoint `next_id()` could not even start (its location could not be created): the
+    /// id is skipped, the failure counts towards the tolerable ones, and the next periodic
+    /// attempt waits a whole interval — a storage that keeps refusing must not make the job
+    /// manager spin.
+    pub fn trigger_failed(&mut self, kind: SnapshotType, now: Instant) {
+        self.next_id += 1;
+        if kind == SnapshotType::Checkpoint {
+            self.last_trigger = Some(now);
+            self.consecutive_failures += 1;
+        }
+    }
+
     /// A fully acknowledged checkpoint could not be finalized (its metadata write failed).
     pub fn finalize_failed(&mut self, checkpoint: &PendingCheckpoint, reason: &str, now: Instant) {
         if checkpoint.barrier.snapshot_type == SnapshotType::Checkpoint {
@@ -462,6 +476,27 @@ mod tests {
     }
 
     #[test]
+    fn a_trigger_that_cannot_start_skips_its_id_and_waits_an_interval() {
+        let t0 = Instant::now();
+        let mut c = CheckpointCoordinator::new(config().with_tolerable_failures(1), 7, t0);
+        assert!(c.should_trigger(t0 + 100 * MS));
+        c.trigger_failed(SnapshotType::Checkpoint, t0 + 100 * MS);
+        assert_eq!(
+            c.next_id(),
+            8,
+            "the id may be taken by someone else: never retried"
+        );
+        assert!(
+            !c.should_trigger(t0 + 150 * MS),
+            "no retry before an interval"
+        );
+        assert!(c.should_trigger(t0 + 200 * MS));
+        assert!(!c.failures_exceed_tolerance());
+        c.trigger_failed(SnapshotType::Checkpoint, t0 + 200 * MS);
+        assert!(c.failures_exceed_tolerance());
+    }
+
+    #[test]
     fn triggers_on_interval_and_respects_max_concurrent() {
         let t0 = Instant::now();
         let mut c = CheckpointCoordinator::new(config(), 5, t0);
@@ -516,7 +551,7 @@ mod tests {
         let AckOutcome::AllAcknowledged(p) = done else {
             panic!()
         };
-        let meta = p.to_metadata("job", |n| (format!("uid-{}", n.0), "op".into(), 2, 128));
+        let meta = p.to_metadata("job", 1, |n| (format!("uid-{}", n.0), "op".into(), 2, 128));
         assert_eq!(meta.operators.len(), 1);
         assert_eq!(meta.operators[0].subtasks.len(), 2);
         assert_eq!(meta.operators[0].coordinator, Some(vec![1, 2]));

@@ -11,7 +11,9 @@ use crate::runtime::stream_element::SnapshotType;
 
 /// File name of the metadata inside a checkpoint location.
 pub const METADATA_FILE: &str = "_metadata";
-const MAGIC: &[u8; 8] = b"WEIRCHK1";
+const MAGIC: &[u8; 8] = b"WEIRCHK2";
+/// The magic of the format before the epoch was added, for a clear error.
+const OLD_MAGIC: &[u8; 8] = b"WEIRCHK1";
 
 /// How an operator list state is redistributed when parallelism changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +114,8 @@ pub struct CheckpointMetadata {
     pub kind: SnapshotType,
     /// The job it belongs to.
     pub job_name: String,
+    /// The epoch of the process that took it (its fencing token).
+    pub epoch: u64,
     /// Trigger time, milliseconds since the Unix epoch.
     pub timestamp_millis: u64,
     /// Per operator with state.
@@ -153,6 +157,13 @@ impl CheckpointMetadata {
         if bytes.len() < 20 {
             return Err(format!("truncated: {} bytes, header needs 20", bytes.len()));
         }
+        if &bytes[..8] == OLD_MAGIC {
+            return Err(
+                "written by an older Weir (format 1, without epochs); restore it with the Weir \
+                 version that wrote it"
+                    .into(),
+            );
+        }
         if &bytes[..8] != MAGIC {
             return Err("not a Weir checkpoint metadata file (bad magic)".into());
         }
@@ -183,6 +194,7 @@ mod tests {
             checkpoint_id: 7,
             kind: SnapshotType::Checkpoint,
             job_name: "job".into(),
+            epoch: 2,
             timestamp_millis: 1,
             operators: vec![OperatorState {
                 uid: "count".into(),

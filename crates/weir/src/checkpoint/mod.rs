@@ -1,10 +1,16 @@
 //! Checkpoints: configuration, restart strategies, the coordinator's decisions, barrier
-//! alignment, statistics, metadata and storage.
+//! alignment, statistics, metadata and storage, and what recovery may restore: the job record,
+//! the job's lock and epoch (fencing), and the recovery rules.
 
 pub mod barrier_handler;
+pub mod completed_store;
 pub mod config;
 pub mod coordinator;
+pub mod fencing;
+pub mod job_lock;
+pub mod job_record;
 pub mod metadata;
+pub mod recovery;
 pub mod restart_strategy;
 pub mod restore;
 pub mod stats;

@@ -229,6 +229,7 @@ mod tests {
             checkpoint_id: 3,
             kind: SnapshotType::Savepoint,
             job_name: "j".into(),
+            epoch: 1,
             timestamp_millis: 0,
             operators: vec![OperatorState {
                 uid: "op".into(),

@@ -38,6 +38,11 @@ pub struct CollectWriter<T> {
 
 impl<T: Send + 'static> Sink<T> for CollectSink<T> {
     type Writer = CollectWriter<T>;
+    /// Collected records live in this process only: a replay after a restart is what the
+    /// collected stream shows anyway.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, _context: &RuntimeContext) -> Result<CollectWriter<T>, BoxError> {
         Ok(CollectWriter {
             tx: self.tx.clone(),

@@ -16,6 +16,10 @@ pub struct DiscardingWriter<T>(PhantomData<fn(T)>);
 
 impl<T: Send + 'static> Sink<T> for DiscardingSink {
     type Writer = DiscardingWriter<T>;
+    /// Nothing external is committed: a replay is harmless.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, _context: &RuntimeContext) -> Result<DiscardingWriter<T>, BoxError> {
         Ok(DiscardingWriter(PhantomData))
     }

@@ -241,6 +241,25 @@ impl<T> FileSinkCore<T> {
 impl<T: Send + 'static> TwoPhaseCommitSink<T> for FileSinkCore<T> {
     type Transaction = FileTransaction;
 
+    fn find_committed_output(
+        &mut self,
+        _context: &RuntimeContext,
+    ) -> Result<Option<String>, BoxError> {
+        let entries = match fs::read_dir(&self.config.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error("list", &self.config.dir, e)),
+        };
+        let start = format!("{}-", self.config.prefix);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with(&start) && name.ends_with(&self.config.suffix) {
+                return Ok(Some(format!("`{}`", entry.path().display())));
+            }
+        }
+        Ok(None)
+    }
+
     fn abort_lingering(
         &mut self,
         context: &RuntimeContext,
@@ -272,9 +291,12 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for FileSinkCore<T> {
         let clock = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        // The epoch tells which process wrote a file; the clock, process id and counter make
+        // the token unique within it.
         Ok(FileTransaction {
             token: format!(
-                "{:x}{:04x}{}",
+                "e{}x{:x}{:04x}{}",
+                context.fencing_token().epoch(),
                 clock,
                 std::process::id() & 0xffff,
                 self.nonce

@@ -31,6 +31,10 @@ pub struct PrintWriter {
 
 impl<T: Debug + Send + 'static> Sink<T> for PrintSink {
     type Writer = PrintWriter;
+    /// Printing is at-least-once: a replay prints again, as it always may.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, context: &RuntimeContext) -> Result<PrintWriter, BoxError> {
         let mut prefix = String::new();
         if let Some(id) = &self.identifier {

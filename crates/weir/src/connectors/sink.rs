@@ -2,7 +2,33 @@
 //! creates one [`SinkWriter`] per subtask.
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
+use crate::checkpoint::recovery::{CorruptCheckpointPolicy, FALLBACK_OPTION};
 use crate::error::BoxError;
+
+/// Whether a sink subtask starts from empty state although its job was asked to resume:
+/// no restore point was found (its checkpoints or job record are gone). A sink that can tell
+/// its own committed output then checks that there is none, because starting over it would
+/// write it again. Not when the configuration accepts duplicates.
+pub fn resumes_from_empty_state(context: &RuntimeContext) -> bool {
+    let config = context.execution_config();
+    config.resume_from_latest_checkpoint
+        && config.restore.is_none()
+        && context.restored_checkpoint_id().is_none()
+        && config.checkpoint.corrupt_checkpoint_policy == CorruptCheckpointPolicy::Refuse
+}
+
+/// The error of a sink that found its own committed output (`found`: a file, a row) while
+/// its job resumes from empty state.
+pub fn committed_output_error(context: &RuntimeContext, found: &str) -> BoxError {
+    format!(
+        "sink `{}`: the job was asked to resume, but it has no checkpoint to resume from, and \
+         committed output of this sink exists already ({found}); starting from empty state would \
+         commit it a second time. Restore the job's checkpoint directory, or remove that output \
+         to start over, or set `{FALLBACK_OPTION}: allow-duplicates` to start anyway",
+        context.operator_name()
+    )
+    .into()
+}
 
 /// A sink: a factory of per-subtask writers.
 pub trait Sink<T>: Send + 'static {
@@ -10,6 +36,15 @@ pub trait Sink<T>: Send + 'static {
     type Writer: SinkWriter<T>;
     /// Creates the writer of one subtask.
     fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError>;
+    /// Whether this sink makes output visible when a checkpoint completes (two-phase commit,
+    /// write-ahead log). Restoring a checkpoint older than one such a sink was notified of
+    /// commits that output a second time, so recovery refuses to (see
+    /// [`crate::CorruptCheckpointPolicy`]). Sinks whose replays are harmless — idempotent
+    /// upserts, or output that is at-least-once anyway — return `false`. A sink is assumed
+    /// to commit unless it says otherwise.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        true
+    }
 }
 
 /// Writes the records of one sink subtask.

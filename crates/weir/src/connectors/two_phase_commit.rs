@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
-use crate::connectors::sink::{Sink, SinkWriter};
+use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
 
 /// A transactional external system, seen from one sink subtask.
@@ -22,6 +22,15 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
     /// A transaction's durable handle (file names, a transaction id…), stored in checkpoints.
     type Transaction: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
 
+    /// Some committed output of this sink that exists already (a file name, a row), if the
+    /// sink can tell: a job asked to resume that finds no checkpoint refuses to start from
+    /// empty state over it. By default the sink cannot tell.
+    fn find_committed_output(
+        &mut self,
+        _context: &RuntimeContext,
+    ) -> Result<Option<String>, BoxError> {
+        Ok(None)
+    }
     /// Called once at start, after restored transactions were committed or aborted: abort
     /// anything this sink's subtask left open that `known` does not name.
     fn abort_lingering(
@@ -98,21 +107,33 @@ impl<T, S: TwoPhaseCommitSink<T>> TwoPhaseCommitWriter<T, S> {
             .is_some_and(|p| p.checkpoint_id <= checkpoint_id)
         {
             let p = self.pending.remove(0);
-            self.sink.commit(&p.transaction)?;
+            self.commit(&p.transaction)?;
         }
         Ok(())
+    }
+
+    /// Commits one transaction, unless this process lost its job: a stalled process that
+    /// wakes up after another one took over must commit nothing.
+    fn commit(&mut self, transaction: &S::Transaction) -> Result<(), BoxError> {
+        self.context.fencing_token().check()?;
+        self.sink.commit(transaction)
     }
 }
 
 impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseCommitWriter<T, S> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        if resumes_from_empty_state(&self.context) {
+            if let Some(found) = self.sink.find_committed_output(&self.context)? {
+                return Err(committed_output_error(&self.context, &found));
+            }
+        }
         let restored: Vec<Pending<S::Transaction>> =
             ctx.operator_state().get_union_list(PENDING_STATE)?;
         let open: Vec<S::Transaction> = ctx.operator_state().get_union_list(OPEN_STATE)?;
         // Everything pre-committed in a completed checkpoint is committed now: this covers
         // completion notices lost in the crash.
         for p in &restored {
-            self.sink.commit(&p.transaction)?;
+            self.commit(&p.transaction)?;
         }
         for transaction in &open {
             self.sink.abort(transaction)?;
@@ -156,7 +177,7 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
         // Without checkpoints nothing is replayed: commit everything now.
         if let Some(mut transaction) = self.current.take() {
             self.sink.pre_commit(&mut transaction)?;
-            self.sink.commit(&transaction)?;
+            self.commit(&transaction)?;
         }
         self.commit_up_to(u64::MAX)
     }

@@ -61,6 +61,10 @@ where
     S: UpsertStore<K, V> + Clone,
 {
     type Writer = UpsertWriter<T, K, V, S>;
+    /// Replays overwrite rows by key: harmless.
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
     fn create_writer(&self, _context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
         Ok(UpsertWriter {
             store: self.store.clone(),

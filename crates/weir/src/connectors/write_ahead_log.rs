@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::connectors::file_sink::Encoder;
-use crate::connectors::sink::{Sink, SinkWriter};
+use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
 use crate::record::Record;
 
@@ -32,6 +32,11 @@ pub trait BatchCommitter<T>: Send + 'static {
     /// Writes `records` as batch `id`, unless batch `id` was written already (then does
     /// nothing). Must be atomic: a crash leaves the batch either written whole or not at all.
     fn commit_batch(&mut self, id: BatchId, records: &[T]) -> Result<(), BoxError>;
+    /// Some batch committed already (its name), if the committer can tell: a job asked to
+    /// resume that finds no checkpoint refuses to start from empty state over it.
+    fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
+        Ok(None)
+    }
 }
 
 /// A [`Sink`] buffering records per checkpoint and committing them through `C`; each subtask
@@ -70,6 +75,8 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
             .is_some_and(|(id, _)| id.checkpoint_id <= checkpoint_id)
         {
             let (id, records) = self.pending.remove(0);
+            // A process that lost its job commits nothing more.
+            self.context.fencing_token().check()?;
             self.committer.commit_batch(id, &records)?;
         }
         Ok(())
@@ -78,6 +85,11 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
 
 impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        if resumes_from_empty_state(&self.context) {
+            if let Some(found) = self.committer.find_committed_output()? {
+                return Err(committed_output_error(&self.context, &found));
+            }
+        }
         // Batches in a restored checkpoint belong to completed checkpoints: commit them now,
         // covering completion notices lost in the crash.
         self.pending = ctx.operator_state().get_list(PENDING_STATE)?;
@@ -172,6 +184,24 @@ impl<T: std::fmt::Display> FileBatchCommitter<T> {
 }
 
 impl<T: Send + 'static> BatchCommitter<T> for FileBatchCommitter<T> {
+    fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(format!("WAL sink: cannot list `{}`: {e}", self.dir.display()).into())
+            }
+        };
+        let start = format!("{}-", self.prefix);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with(&start) && name.ends_with(&self.suffix) {
+                return Ok(Some(format!("`{}`", entry.path().display())));
+            }
+        }
+        Ok(None)
+    }
+
     fn commit_batch(&mut self, id: BatchId, records: &[T]) -> Result<(), BoxError> {
         let name = if id.checkpoint_id == u64::MAX {
             format!("{}-{}-final{}", self.prefix, id.subtask, self.suffix)

@@ -54,6 +54,11 @@ pub struct StreamNode {
     pub keyed: bool,
     /// Rust type of the records it emits.
     pub output_type: String,
+    /// A sink that makes output visible when a checkpoint completes (two-phase commit,
+    /// write-ahead log): recovery never restores a checkpoint older than one it was
+    /// notified of.
+    #[serde(default)]
+    pub commits_on_checkpoint: bool,
 }
 
 impl StreamNode {
@@ -94,6 +99,16 @@ pub struct StreamGraph {
 }
 
 impl StreamGraph {
+    /// The node with id `id`.
+    /// Names of the sinks that commit output on checkpoint completion.
+    pub fn committing_sinks(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.commits_on_checkpoint)
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     /// The node with id `id`.
     pub fn node(&self, id: NodeId) -> &StreamNode {
         &self.nodes[id.index()]
@@ -198,6 +213,7 @@ pub(crate) mod test_graphs {
                 chaining: ChainingStrategy::Always,
                 keyed: false,
                 output_type: "u64".into(),
+                commits_on_checkpoint: false,
             });
             id
         }

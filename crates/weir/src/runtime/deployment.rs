@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::checkpoint::fencing::FencingToken;
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::WeirError;
@@ -37,12 +38,13 @@ pub struct Deployment {
     pub coordinators: Vec<(NodeId, String, Box<dyn SourceCoordinatorRunner>)>,
 }
 
-/// Why deployment failed: a corrupt checkpoint (the caller may fall back to an older one)
-/// or anything else.
+/// Why deployment failed: a corrupt checkpoint (recovery decides whether an older one may
+/// be used) or anything else.
 #[derive(Debug)]
 pub enum DeployError {
-    /// A state file of the restore point is damaged or missing.
-    CorruptState(WeirError),
+    /// A state file of the restore point is damaged or missing (in every copy): what is
+    /// wrong, naming the file.
+    CorruptState(String),
     /// Anything else.
     Other(WeirError),
 }
@@ -86,14 +88,17 @@ fn load_state(
             WeirError::Internal("restoring keyed state without checkpoint storage".into())
         })?;
         for (file, entry) in &plan.keyed {
-            let corrupt = |reason: String| {
-                DeployError::CorruptState(WeirError::Restore {
-                    checkpoint_id: restore.checkpoint_id,
-                    reason,
-                })
+            let corrupt = DeployError::CorruptState;
+            // Checked per copy, so that a damaged primary is read from its local copy.
+            let verify = |bytes: &[u8]| {
+                if crc32fast::hash(bytes) == entry.crc32 {
+                    Ok(())
+                } else {
+                    Err(format!("key group {}: checksum mismatch", entry.key_group))
+                }
             };
             let bytes = storage
-                .read_range(&restore.location, file, entry.offset, entry.length)
+                .read_range(&restore.location, file, entry.offset, entry.length, &verify)
                 .map_err(|e| corrupt(e.to_string()))?;
             let path = format!("{}/{file}", restore.location);
             keyed.push(
@@ -113,6 +118,7 @@ pub fn deploy(
     cancel: &CancelToken,
     storage: Option<&Arc<dyn CheckpointStorage>>,
     restore: Option<&RestorePoint>,
+    fencing: &FencingToken,
 ) -> Result<Deployment, DeployError> {
     let plan = &job.plan;
     let (sg, jg, eg) = (&plan.stream_graph, &plan.job_graph, &plan.execution_graph);
@@ -219,6 +225,8 @@ pub fn deploy(
                 config: config.clone(),
                 cancel: cancel.clone(),
                 restored,
+                fencing: fencing.clone(),
+                restored_from: restore.map(|r| r.checkpoint_id),
             };
             match &job.factories[node_id.index()] {
                 NodeFactory::Source(factory) => {

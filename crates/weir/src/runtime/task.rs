@@ -89,6 +89,10 @@ pub struct OperatorSetup {
     pub cancel: CancelToken,
     /// State to start from, when the job is restored.
     pub restored: Option<Arc<RestoredOperatorState>>,
+    /// The job's fencing token (epoch), checked before commits.
+    pub fencing: crate::checkpoint::fencing::FencingToken,
+    /// The checkpoint the job was restored from (`None`: empty state).
+    pub restored_from: Option<u64>,
 }
 
 /// A task's (or source coordinator's) report to the job manager.

@@ -1,0 +1,314 @@
+//! The job manager's durable view of a job (Flink's `CompletedCheckpointStore` and
+//! `JobResultStore` in one): it holds the job's lock, owns its epoch, and keeps the job record
+//! — which completed checkpoints sinks may have committed, and how the job ended — in step
+//! with the checkpoints in storage, in the order that keeps every crash recoverable:
+//!
+//! 1. a completed checkpoint enters the record before its completion is notified;
+//! 2. the record stops naming a checkpoint before its files are deleted;
+//! 3. a terminal status is recorded before the checkpoints it makes unnecessary are deleted.
+//!
+//! Every write first checks the fencing token, so a process that lost its job writes nothing.
+
+use std::sync::Arc;
+
+use crate::checkpoint::fencing::FencingToken;
+use crate::checkpoint::job_lock::{holder_description, JobLock};
+use crate::checkpoint::job_record::{JobRecord, RecordedCheckpoint, RecordedStatus};
+use crate::checkpoint::recovery::PreviousRecord;
+use crate::checkpoint::storage::{CheckpointStorage, StorageError};
+use crate::error::WeirError;
+use crate::runtime::stream_element::SnapshotType;
+
+/// The durable state of one job, held by its job manager.
+pub struct CompletedCheckpointStore {
+    storage: Arc<dyn CheckpointStorage>,
+    /// Held for the store's life; `None` for storage private to this process.
+    _lock: Option<JobLock>,
+    record: JobRecord,
+    fencing: FencingToken,
+}
+
+impl CompletedCheckpointStore {
+    /// Takes the job: locks its directory (failing, naming the holder, if another process
+    /// has it), reads its previous record, and picks this process's epoch, one above the
+    /// previous holder's. Nothing is written until [`CompletedCheckpointStore::begin`].
+    pub fn open(
+        storage: Arc<dyn CheckpointStorage>,
+        job_name: &str,
+    ) -> Result<(Self, PreviousRecord), WeirError> {
+        let mut lock = storage.lock_job()?;
+        let previous = match storage.read_job_record() {
+            Ok(Some(record)) => PreviousRecord::Found(record),
+            Ok(None) => PreviousRecord::None,
+            Err(e) => PreviousRecord::Unreadable(e.to_string()),
+        };
+        let (epoch, sequence, max_id) = match &previous {
+            PreviousRecord::Found(r) => (r.epoch + 1, r.sequence + 1, r.max_id),
+            _ => (1, 1, 0),
+        };
+        let holder = holder_description(epoch);
+        if let Some(lock) = lock.as_mut() {
+            lock.describe_holder(&holder)?;
+        }
+        let mut record = JobRecord::new(job_name);
+        record.epoch = epoch;
+        record.sequence = sequence;
+        record.holder = holder;
+        record.max_id = max_id.max(storage.max_id()?);
+        let fencing = FencingToken::new(job_name, epoch, storage.clone());
+        Ok((
+            Self {
+                storage,
+                _lock: lock,
+                record,
+                fencing,
+            },
+            previous,
+        ))
+    }
+
+    /// Starts this process's tenure: writes the record with the new epoch (which fences any
+    /// older holder), the restore points it continues from, and how much output sinks may
+    /// already hold (`notified_through`).
+    pub fn begin(
+        &mut self,
+        completed: Vec<RecordedCheckpoint>,
+        notified_through: u64,
+    ) -> Result<(), WeirError> {
+        self.record.completed = completed;
+        self.record.notified_through = notified_through;
+        self.record.max_id = self.record.max_id.max(
+            self.record
+                .completed
+                .iter()
+                .map(|c| c.id)
+                .max()
+                .unwrap_or(0),
+        );
+        self.record.status = RecordedStatus::Running;
+        self.storage.write_job_record(&self.record)?;
+        // Leftovers of crashed runs: half-deleted and never-completed locations. Whatever
+        // the record names is kept, even without metadata: its local copy may have it.
+        let keep: Vec<String> = self
+            .record
+            .completed
+            .iter()
+            .map(|c| c.location.clone())
+            .collect();
+        for removed in self.storage.remove_leftovers(&keep)? {
+            tracing::info!(location = %removed, "removed what a crashed run left behind");
+        }
+        Ok(())
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Arc<dyn CheckpointStorage> {
+        &self.storage
+    }
+
+    /// The fencing token of this process.
+    pub fn fencing(&self) -> &FencingToken {
+        &self.fencing
+    }
+
+    /// The record as last written.
+    pub fn record(&self) -> &JobRecord {
+        &self.record
+    }
+
+    /// Restore points, newest first.
+    pub fn candidates(&self) -> Vec<RecordedCheckpoint> {
+        self.record.completed.iter().rev().cloned().collect()
+    }
+
+    /// The lowest id the next checkpoint may take.
+    pub fn next_id(&self) -> u64 {
+        self.record.max_id + 1
+    }
+
+    fn write(&mut self) -> Result<(), WeirError> {
+        self.fencing.check()?;
+        self.record.sequence += 1;
+        self.storage.write_job_record(&self.record)?;
+        Ok(())
+    }
+
+    /// Records completed checkpoint `id` at `location` as the newest restore point — call it
+    /// after its metadata is durable and before any sink hears of it — and deletes the
+    /// checkpoints the record no longer names (beyond `retained`).
+    pub fn add_completed(
+        &mut self,
+        id: u64,
+        kind: SnapshotType,
+        location: &str,
+        retained: u32,
+    ) -> Result<(), WeirError> {
+        let before = self.record.clone();
+        let dropped = self.record.add_completed(
+            RecordedCheckpoint {
+                id,
+                kind,
+                location: location.to_string(),
+            },
+            retained as usize,
+        );
+        if let Err(e) = self.write() {
+            self.record = before;
+            return Err(e);
+        }
+        for old in dropped {
+            self.discard(&old.location);
+        }
+        Ok(())
+    }
+
+    /// Records how the job ended — durably, before anything is deleted — then deletes the
+    /// checkpoints that status makes unnecessary: all of them when the job finished, was
+    /// stopped with a savepoint, or was cancelled without retention.
+    pub fn record_end(&mut self, status: RecordedStatus) -> Result<(), WeirError> {
+        let delete_checkpoints = match &status {
+            RecordedStatus::Finished { .. } => {
+                self.record.completed.clear();
+                true
+            }
+            RecordedStatus::Stopped { savepoint, .. } => {
+                self.record.completed.retain(|c| c.id == *savepoint);
+                true
+            }
+            RecordedStatus::Cancelled {
+                checkpoints_retained,
+            } => {
+                if !checkpoints_retained {
+                    self.record.completed.clear();
+                }
+                !checkpoints_retained
+            }
+            RecordedStatus::Failed | RecordedStatus::Running => false,
+        };
+        self.record.status = status;
+        self.write()?;
+        if delete_checkpoints {
+            // Every checkpoint of this job — this run's and earlier runs' — describes work
+            // the recorded status now covers.
+            match self.storage.list_checkpoints() {
+                Ok(stored) => {
+                    for checkpoint in stored {
+                        self.discard(&checkpoint.location);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot list checkpoints to remove them"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a location the record does not name (best effort: a leftover is removed at
+    /// the next start). Not once this process lost the job: it may be the new holder's now.
+    pub fn discard(&self, location: &str) {
+        if self.fencing.check().is_err() {
+            return;
+        }
+        if let Err(e) = self.storage.discard(location) {
+            tracing::warn!(%location, error = %e, "cannot remove checkpoint files");
+        }
+    }
+
+    /// Reads the metadata of a restore point.
+    pub fn read_metadata(
+        &self,
+        location: &str,
+    ) -> Result<crate::checkpoint::metadata::CheckpointMetadata, StorageError> {
+        self.storage.read_metadata(location)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::CheckpointMetadata;
+    use crate::checkpoint::storage::FsCheckpointStorage;
+
+    fn complete(store: &mut CompletedCheckpointStore, id: u64) -> String {
+        let location = store
+            .storage()
+            .init_location(id, SnapshotType::Checkpoint)
+            .unwrap();
+        store
+            .storage()
+            .write_metadata(
+                &location,
+                &CheckpointMetadata {
+                    checkpoint_id: id,
+                    kind: SnapshotType::Checkpoint,
+                    job_name: "j".into(),
+                    epoch: store.fencing().epoch(),
+                    timestamp_millis: 0,
+                    operators: vec![],
+                },
+            )
+            .unwrap();
+        store
+            .add_completed(id, SnapshotType::Checkpoint, &location, 2)
+            .unwrap();
+        location
+    }
+
+    #[test]
+    fn the_record_leads_the_files_and_the_epoch_fences_the_previous_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> =
+            Arc::new(FsCheckpointStorage::new(dir.path(), "j").unwrap());
+        let (mut first, previous) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        assert_eq!(previous, PreviousRecord::None);
+        first.begin(Vec::new(), 0).unwrap();
+        let one = complete(&mut first, 1);
+        complete(&mut first, 2);
+        complete(&mut first, 3);
+        assert!(
+            !std::path::Path::new(&one).exists(),
+            "retention deletes what the record dropped"
+        );
+        assert_eq!(first.record().notified_through, 3);
+        let err = match CompletedCheckpointStore::open(storage.clone(), "j") {
+            Ok(_) => panic!("a second holder was let in"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+
+        // The lock is gone (as if its file had been removed while the holder stalled): a
+        // new holder takes over with a higher epoch, and the old one writes nothing more.
+        let stalled_lock = first._lock.take();
+        drop(stalled_lock);
+        let (mut second, previous) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        let PreviousRecord::Found(previous) = previous else {
+            panic!("{previous:?}")
+        };
+        assert_eq!(second.fencing().epoch(), first.fencing().epoch() + 1);
+        second
+            .begin(previous.completed.clone(), previous.notified_through)
+            .unwrap();
+        let err = first
+            .record_end(RecordedStatus::Finished {
+                final_checkpoint: Some(3),
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lost the job to epoch 2"), "{err}");
+        assert_eq!(
+            storage.list_checkpoints().unwrap().len(),
+            2,
+            "nothing deleted"
+        );
+        second
+            .record_end(RecordedStatus::Finished {
+                final_checkpoint: Some(3),
+            })
+            .unwrap();
+        assert!(storage.list_checkpoints().unwrap().is_empty());
+        let record = storage.read_job_record().unwrap().unwrap();
+        assert!(matches!(record.status, RecordedStatus::Finished { .. }));
+    }
+}

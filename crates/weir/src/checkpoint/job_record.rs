@@ -1,0 +1,240 @@
+//! The job record: the one durable file that says where a job stands — which process holds it
+//! (its epoch), which completed checkpoints its sinks may have committed, and how its last run
+//! ended. It plays the parts of Flink's `CompletedCheckpointStore` (the retained completed
+//! checkpoints a recovery chooses from) and `JobResultStore` (a job that reached a terminal
+//! state is not run again), in one file rewritten atomically, so that the two can never
+//! disagree after a crash.
+//!
+//! Invariants the job manager keeps with it:
+//! - a checkpoint enters the record before any sink is notified of its completion, so every
+//!   output a sink committed belongs to a checkpoint the record names (or names no longer
+//!   because a newer one superseded it);
+//! - the record is rewritten before any checkpoint it stops naming is deleted, so it never
+//!   names a checkpoint whose files were removed on purpose;
+//! - a terminal status (finished, stopped with a savepoint) is durable before the checkpoints
+//!   it makes unnecessary are deleted;
+//! - the epoch only grows: every process that takes the job writes a higher one first, and a
+//!   process that finds a higher epoch than its own has lost the job and commits nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::stream_element::SnapshotType;
+
+/// File name of the record inside the job's directory.
+pub const JOB_RECORD_FILE: &str = "_job_record";
+const MAGIC: &[u8; 8] = b"WEIRJOB1";
+
+/// A completed checkpoint or savepoint a recovery may restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedCheckpoint {
+    /// Its id.
+    pub id: u64,
+    /// Checkpoint, or the savepoint of a stop-with-savepoint (or one the job was started from).
+    pub kind: SnapshotType,
+    /// Its location in checkpoint storage.
+    pub location: String,
+}
+
+/// How the job's latest run ended, as far as the record knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecordedStatus {
+    /// Running, or the process died while it ran.
+    Running,
+    /// Ran to the end of its input; its final checkpoint is committed.
+    Finished {
+        /// The final checkpoint.
+        final_checkpoint: Option<u64>,
+    },
+    /// Stopped with a savepoint, whose transactions the sinks committed.
+    Stopped {
+        /// The savepoint's id.
+        savepoint: u64,
+        /// Its location.
+        location: String,
+    },
+    /// Cancelled.
+    Cancelled {
+        /// Whether its checkpoints were kept (`RetentionOnCancel::Retain`).
+        checkpoints_retained: bool,
+    },
+    /// Failed for good (the restart strategy gave up).
+    Failed,
+}
+
+/// The job record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Grows with every write; of two readable copies the one with the higher sequence wins.
+    pub sequence: u64,
+    /// The epoch of the process holding the job: its fencing token.
+    pub epoch: u64,
+    /// What identifies the holder, for error messages: `pid 123 on host h since …`.
+    pub holder: String,
+    /// The job's name.
+    pub job_name: String,
+    /// Restore points, oldest first: the retained completed checkpoints, and the savepoint
+    /// the job was stopped with or started from. The newest is where a recovery starts.
+    pub completed: Vec<RecordedCheckpoint>,
+    /// The highest checkpoint id whose completion may have been notified to sinks, in this
+    /// run or an earlier one it continues. Restoring anything older replays output that may
+    /// be committed already.
+    pub notified_through: u64,
+    /// The highest checkpoint or savepoint id ever used, so that ids never repeat.
+    pub max_id: u64,
+    /// How the latest run ended.
+    pub status: RecordedStatus,
+}
+
+impl JobRecord {
+    /// A record for a job nothing is known about yet.
+    pub fn new(job_name: &str) -> Self {
+        Self {
+            sequence: 0,
+            epoch: 0,
+            holder: String::new(),
+            job_name: job_name.to_string(),
+            completed: Vec::new(),
+            notified_through: 0,
+            max_id: 0,
+            status: RecordedStatus::Running,
+        }
+    }
+
+    /// The newest restore point.
+    pub fn latest(&self) -> Option<&RecordedCheckpoint> {
+        self.completed.last()
+    }
+
+    /// Adds a completed checkpoint (or stop savepoint) as the newest restore point and keeps
+    /// at most `retained` checkpoints; returns the entries it no longer names, whose files may
+    /// be deleted once this record is durable. A savepoint entry is dropped from the record
+    /// when a newer restore point supersedes it, but its files are never returned for
+    /// deletion: savepoints belong to the user.
+    pub fn add_completed(
+        &mut self,
+        entry: RecordedCheckpoint,
+        retained: usize,
+    ) -> Vec<RecordedCheckpoint> {
+        self.notified_through = self.notified_through.max(entry.id);
+        self.max_id = self.max_id.max(entry.id);
+        self.completed.push(entry);
+        let mut dropped = Vec::new();
+        // Savepoints older than the newest entry are no longer restore points.
+        let newest = self.completed.len() - 1;
+        let mut index = 0;
+        self.completed.retain(|c| {
+            let keep = index == newest || c.kind == SnapshotType::Checkpoint;
+            index += 1;
+            keep
+        });
+        while self.completed.len() > retained.max(1) {
+            let old = self.completed.remove(0);
+            if old.kind == SnapshotType::Checkpoint {
+                dropped.push(old);
+            }
+        }
+        dropped
+    }
+
+    /// Encodes as `MAGIC | crc32 | length | postcard payload`.
+    pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        let payload = postcard::to_allocvec(self)?;
+        let mut out = Vec::with_capacity(payload.len() + 20);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// Decodes and verifies; the error says what is wrong.
+    pub fn decode(bytes: &[u8]) -> Result<JobRecord, String> {
+        if bytes.len() < 20 {
+            return Err(format!("truncated: {} bytes, header needs 20", bytes.len()));
+        }
+        if &bytes[..8] != MAGIC {
+            return Err("not a Weir job record (bad magic)".into());
+        }
+        let crc = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&bytes[12..20]);
+        let len = u64::from_le_bytes(len_bytes);
+        let payload = &bytes[20..];
+        if payload.len() as u64 != len {
+            return Err(format!(
+                "truncated: payload is {} bytes, header says {len}",
+                payload.len()
+            ));
+        }
+        if crc32fast::hash(payload) != crc {
+            return Err("checksum mismatch".into());
+        }
+        postcard::from_bytes(payload).map_err(|e| format!("cannot decode: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chk(id: u64) -> RecordedCheckpoint {
+        RecordedCheckpoint {
+            id,
+            kind: SnapshotType::Checkpoint,
+            location: format!("/c/chk-{id}"),
+        }
+    }
+
+    fn savepoint(id: u64) -> RecordedCheckpoint {
+        RecordedCheckpoint {
+            id,
+            kind: SnapshotType::Savepoint,
+            location: format!("/c/savepoint-{id}"),
+        }
+    }
+
+    #[test]
+    fn retention_drops_the_oldest_checkpoints_and_never_returns_savepoints() {
+        let mut record = JobRecord::new("j");
+        assert!(record.add_completed(savepoint(3), 2).is_empty());
+        assert!(record.add_completed(chk(4), 2).is_empty());
+        assert_eq!(
+            record.completed,
+            vec![chk(4)],
+            "the savepoint is superseded"
+        );
+        assert!(record.add_completed(chk(5), 2).is_empty());
+        assert_eq!(record.add_completed(chk(6), 2), vec![chk(4)]);
+        assert_eq!(record.completed, vec![chk(5), chk(6)]);
+        assert_eq!(record.notified_through, 6);
+        assert_eq!(record.max_id, 6);
+        assert_eq!(record.add_completed(savepoint(7), 2), vec![chk(5)]);
+        assert_eq!(record.completed, vec![chk(6), savepoint(7)]);
+        assert_eq!(record.latest(), Some(&savepoint(7)));
+    }
+
+    #[test]
+    fn round_trips_and_detects_damage() {
+        let mut record = JobRecord::new("job");
+        record.epoch = 4;
+        record.add_completed(chk(9), 1);
+        record.status = RecordedStatus::Stopped {
+            savepoint: 9,
+            location: "/x".into(),
+        };
+        let bytes = record.encode().unwrap();
+        assert_eq!(JobRecord::decode(&bytes).unwrap(), record);
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(JobRecord::decode(&flipped)
+            .unwrap_err()
+            .contains("checksum"));
+        assert!(JobRecord::decode(&bytes[..bytes.len() - 2])
+            .unwrap_err()
+            .contains("truncated"));
+        assert!(JobRecord::decode(b"WEIRCHK1xxxxxxxxxxxxxxxx")
+            .unwrap_err()
+            .contains("magic"));
+    }
+}

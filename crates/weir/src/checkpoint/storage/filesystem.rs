@@ -1,0 +1,522 @@
+//! Checkpoints in a directory, `<dir>/<job>/chk-<id>/`, with an optional local-recovery copy
+//! of every file under a second directory (Flink's task-local recovery): the copy has the
+//! same layout, `<copy dir>/<job>/chk-<id>/`, and a read that finds the primary missing or
+//! damaged takes the copy if it verifies.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::{
+    decode_metadata, decode_record, first_good, location_name, parse_any_location,
+    parse_checkpoint_dir, sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify,
+    DISCARD_PREFIX,
+};
+use crate::checkpoint::job_lock::JobLock;
+use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
+use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
+use crate::runtime::stream_element::SnapshotType;
+
+/// Checkpoints in a directory: `<dir>/<job>/chk-<id>/`.
+#[derive(Debug, Clone)]
+pub struct FsCheckpointStorage {
+    job_dir: PathBuf,
+    /// The job directory's local-recovery copy.
+    copy_dir: Option<PathBuf>,
+}
+
+fn io<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+    move |source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            StorageError::not_found(path.display().to_string())
+        } else {
+            StorageError::Io {
+                action,
+                path: path.display().to_string(),
+                source,
+            }
+        }
+    }
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync directory", dir))
+}
+
+/// Writes `bytes` to `path` and fsyncs it.
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let mut file = fs::File::create(path).map_err(io("create", path))?;
+    file.write_all(bytes).map_err(io("write", path))?;
+    file.sync_all().map_err(io("fsync", path))
+}
+
+/// Replaces `dir/name` atomically: a temporary file, fsynced, renamed over it, and the
+/// directory fsynced. After a crash the file is either the old one or the new one.
+fn replace_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let final_path = dir.join(name);
+    let temp = dir.join(format!("{name}.inprogress"));
+    write_durably(&temp, bytes)?;
+    fs::rename(&temp, &final_path).map_err(io("rename", &temp))?;
+    fsync_dir(dir)
+}
+
+fn read_range_at(path: &Path, offset: u64, length: u64) -> Result<Vec<u8>, StorageError> {
+    let mut file = fs::File::open(path).map_err(io("open", path))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(io("seek", path))?;
+    let mut buf = Vec::with_capacity(usize::try_from(length).unwrap_or(0).min(1 << 30));
+    Read::by_ref(&mut file)
+        .take(length)
+        .read_to_end(&mut buf)
+        .map_err(io("read", path))?;
+    if buf.len() as u64 != length {
+        return Err(StorageError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!(
+                "truncated: wanted {length} bytes at offset {offset}, found {}",
+                buf.len()
+            ),
+        });
+    }
+    Ok(buf)
+}
+
+/// Removes `dir` as a whole: renamed to a hidden name first (atomic), then deleted.
+fn discard_dir(dir: &Path) -> Result<(), StorageError> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Ok(());
+    };
+    let hidden = parent.join(format!("{DISCARD_PREFIX}{}", name.to_string_lossy()));
+    match fs::rename(dir, &hidden) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A hidden leftover of the same name from a crashed deletion is in the way.
+        Err(_) if hidden.exists() => {
+            fs::remove_dir_all(&hidden).map_err(io("remove", &hidden))?;
+            fs::rename(dir, &hidden).map_err(io("rename", dir))?;
+        }
+        Err(e) => return Err(io("rename", dir)(e)),
+    }
+    fsync_dir(parent)?;
+    match fs::remove_dir_all(&hidden) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("remove", &hidden)(e)),
+    }
+}
+
+impl FsCheckpointStorage {
+    /// Storage under `dir` for `job_name`; creates the job directory.
+    pub fn new(dir: &Path, job_name: &str) -> Result<Self, StorageError> {
+        let job_dir = dir.join(sanitize(job_name));
+        fs::create_dir_all(&job_dir).map_err(io("create directory", &job_dir))?;
+        Ok(Self {
+            job_dir,
+            copy_dir: None,
+        })
+    }
+
+    /// Keeps a local-recovery copy of every file under `dir` (`<dir>/<job>/…`).
+    pub fn with_local_copy(mut self, dir: &Path) -> Result<Self, StorageError> {
+        let name = self
+            .job_dir
+            .file_name()
+            .map(Path::new)
+            .unwrap_or(Path::new("job"));
+        let copy = dir.join(name);
+        fs::create_dir_all(&copy).map_err(io("create directory", &copy))?;
+        self.copy_dir = Some(copy);
+        Ok(self)
+    }
+
+    /// The job's directory.
+    pub fn job_dir(&self) -> &Path {
+        &self.job_dir
+    }
+
+    /// The local-recovery copy of the job's directory, if configured.
+    pub fn copy_dir(&self) -> Option<&Path> {
+        self.copy_dir.as_deref()
+    }
+
+    /// The local copy of a location inside the job directory.
+    fn copy_of(&self, location: &Path) -> Option<PathBuf> {
+        let copy_dir = self.copy_dir.as_ref()?;
+        let relative = location.strip_prefix(&self.job_dir).ok()?;
+        Some(copy_dir.join(relative))
+    }
+
+    fn read_record_at(dir: &Path) -> Result<JobRecord, StorageError> {
+        let path = dir.join(JOB_RECORD_FILE);
+        let bytes = fs::read(&path).map_err(io("read", &path))?;
+        decode_record(path.display().to_string(), &bytes)
+    }
+
+    fn leftovers_in(dir: &Path, keep: &[PathBuf]) -> Result<Vec<PathBuf>, StorageError> {
+        let mut found = Vec::new();
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(io("list", dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io("list", dir))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            let path = entry.path();
+            let being_deleted = name.starts_with(DISCARD_PREFIX);
+            let incomplete = parse_any_location(&name).is_some()
+                && !being_deleted
+                && !path.join(METADATA_FILE).exists()
+                && !keep.contains(&path);
+            if (being_deleted && parse_any_location(&name).is_some()) || incomplete {
+                found.push(path);
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl CheckpointStorage for FsCheckpointStorage {
+    fn describe(&self) -> String {
+        self.job_dir.display().to_string()
+    }
+
+    fn location(&self, id: u64, kind: SnapshotType) -> String {
+        self.job_dir
+            .join(location_name(id, kind))
+            .display()
+            .to_string()
+    }
+
+    fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
+        let dir = self.job_dir.join(location_name(id, kind));
+        // `create_dir`, not `create_dir_all`: an existing location is never reused.
+        fs::create_dir(&dir).map_err(io("create directory", &dir))?;
+        if let Some(copy) = self.copy_of(&dir) {
+            // A copy left by a crashed run under this id holds nothing of this checkpoint.
+            discard_dir(&copy)?;
+            fs::create_dir_all(&copy).map_err(io("create directory", &copy))?;
+        }
+        Ok(dir.display().to_string())
+    }
+
+    fn write_file(&self, location: &str, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let location = Path::new(location);
+        write_durably(&location.join(name), bytes)?;
+        if let Some(copy) = self.copy_of(location) {
+            write_durably(&copy.join(name), bytes)?;
+        }
+        Ok(())
+    }
+
+    fn read_range(
+        &self,
+        location: &str,
+        name: &str,
+        offset: u64,
+        length: u64,
+        verify: Verify<'_>,
+    ) -> Result<Vec<u8>, StorageError> {
+        let location = Path::new(location);
+        let read = |path: &Path| -> Result<Vec<u8>, StorageError> {
+            let bytes = read_range_at(path, offset, length)?;
+            verify(&bytes).map_err(|reason| StorageError::Corrupt {
+                path: path.display().to_string(),
+                reason,
+            })?;
+            Ok(bytes)
+        };
+        let primary = location.join(name);
+        let copy = self.copy_of(location).map(|c| c.join(name));
+        let read_copy = || read(copy.as_deref().unwrap_or(Path::new("")));
+        first_good(
+            read(&primary),
+            copy.as_ref()
+                .map(|c| (c.display().to_string(), &read_copy as &dyn Fn() -> _)),
+        )
+    }
+
+    fn write_metadata(
+        &self,
+        location: &str,
+        metadata: &CheckpointMetadata,
+    ) -> Result<(), StorageError> {
+        let dir = Path::new(location);
+        let bytes = metadata.encode().map_err(|e| StorageError::Corrupt {
+            path: dir.join(METADATA_FILE).display().to_string(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        // The copy first: once the primary exists the checkpoint counts as complete, and
+        // its copy must be complete by then too.
+        if let Some(copy) = self.copy_of(dir) {
+            replace_atomically(&copy, METADATA_FILE, &bytes)?;
+        }
+        replace_atomically(dir, METADATA_FILE, &bytes)
+    }
+
+    fn read_metadata(&self, location: &str) -> Result<CheckpointMetadata, StorageError> {
+        let read = |dir: &Path| {
+            let path = dir.join(METADATA_FILE);
+            let bytes = fs::read(&path).map_err(io("read", &path))?;
+            decode_metadata(path.display().to_string(), &bytes)
+        };
+        let dir = Path::new(location);
+        let copy = self.copy_of(dir);
+        let read_copy = || read(copy.as_deref().unwrap_or(Path::new("")));
+        first_good(
+            read(dir),
+            copy.as_ref().map(|c| {
+                (
+                    c.join(METADATA_FILE).display().to_string(),
+                    &read_copy as &dyn Fn() -> _,
+                )
+            }),
+        )
+    }
+
+    fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        let mut found = Vec::new();
+        let entries = fs::read_dir(&self.job_dir).map_err(io("list", &self.job_dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io("list", &self.job_dir))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Some(id) = parse_checkpoint_dir(&name) {
+                let dir = entry.path();
+                found.push(StoredCheckpoint {
+                    id,
+                    has_metadata: dir.join(METADATA_FILE).exists(),
+                    location: dir.display().to_string(),
+                });
+            }
+        }
+        found.sort_by_key(|c| c.id);
+        Ok(found)
+    }
+
+    fn max_id(&self) -> Result<u64, StorageError> {
+        let mut max = 0;
+        for entry in fs::read_dir(&self.job_dir).map_err(io("list", &self.job_dir))? {
+            let entry = entry.map_err(io("list", &self.job_dir))?;
+            if let Some(id) = parse_any_location(&entry.file_name().to_string_lossy()) {
+                max = max.max(id);
+            }
+        }
+        Ok(max)
+    }
+
+    fn discard(&self, location: &str) -> Result<(), StorageError> {
+        let dir = Path::new(location);
+        discard_dir(dir)?;
+        if let Some(copy) = self.copy_of(dir) {
+            discard_dir(&copy)?;
+        }
+        Ok(())
+    }
+
+    fn lock_job(&self) -> Result<Option<JobLock>, StorageError> {
+        JobLock::acquire(&self.job_dir).map(Some)
+    }
+
+    fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
+        let primary = Self::read_record_at(&self.job_dir);
+        let copy = self.copy_dir.as_deref().map(Self::read_record_at);
+        let mut best: Option<JobRecord> = None;
+        let mut problems = Vec::new();
+        for read in std::iter::once(primary).chain(copy) {
+            match read {
+                Ok(record) => {
+                    if best.as_ref().is_none_or(|b| record.sequence > b.sequence) {
+                        best = Some(record);
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => problems.push(e),
+            }
+        }
+        match (best, problems.is_empty()) {
+            (Some(record), true) => Ok(Some(record)),
+            (Some(record), false) => {
+                for problem in &problems {
+                    tracing::warn!(error = %problem, "job record unusable; using its other copy");
+                }
+                Ok(Some(record))
+            }
+            (None, true) => Ok(None),
+            (None, false) => {
+                let mut problems = problems.into_iter();
+                let first = problems.next();
+                Err(match (first, problems.next()) {
+                    (Some(primary), Some(copy)) => {
+                        let copy_path = self
+                            .copy_dir
+                            .as_deref()
+                            .map(|c| c.join(JOB_RECORD_FILE).display().to_string())
+                            .unwrap_or_default();
+                        super::combine(primary, &copy_path, copy)
+                    }
+                    (Some(only), None) => only,
+                    (None, _) => StorageError::not_found(
+                        self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
+                    ),
+                })
+            }
+        }
+    }
+
+    fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
+        let bytes = record.encode().map_err(|e| StorageError::Corrupt {
+            path: self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        replace_atomically(&self.job_dir, JOB_RECORD_FILE, &bytes)?;
+        if let Some(copy) = &self.copy_dir {
+            replace_atomically(copy, JOB_RECORD_FILE, &bytes)?;
+        }
+        Ok(())
+    }
+
+    fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError> {
+        let keep: Vec<PathBuf> = keep.iter().map(PathBuf::from).collect();
+        let keep_copies: Vec<PathBuf> = keep.iter().filter_map(|k| self.copy_of(k)).collect();
+        let mut removed = Vec::new();
+        let mut victims = Self::leftovers_in(&self.job_dir, &keep)?;
+        if let Some(copy) = &self.copy_dir {
+            victims.extend(Self::leftovers_in(copy, &keep_copies)?);
+        }
+        for victim in victims {
+            if victim
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(DISCARD_PREFIX))
+            {
+                fs::remove_dir_all(&victim).map_err(io("remove", &victim))?;
+            } else {
+                discard_dir(&victim)?;
+            }
+            removed.push(victim.display().to_string());
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{exercise, metadata};
+    use super::*;
+
+    #[test]
+    fn filesystem_storage() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(dir.path(), "my job/1").unwrap();
+        assert!(storage.job_dir().ends_with("my_job_1"));
+        exercise(&storage);
+    }
+
+    #[test]
+    fn filesystem_storage_with_a_local_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(&dir.path().join("primary"), "job")
+            .unwrap()
+            .with_local_copy(&dir.path().join("copy"))
+            .unwrap();
+        exercise(&storage);
+    }
+
+    #[test]
+    fn corrupt_metadata_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(dir.path(), "job").unwrap();
+        let loc = storage.init_location(5, SnapshotType::Checkpoint).unwrap();
+        storage.write_metadata(&loc, &metadata(5)).unwrap();
+        let path = Path::new(&loc).join(METADATA_FILE);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.truncate(bytes.len() - 1);
+        fs::write(&path, bytes).unwrap();
+        let err = storage.read_metadata(&loc).unwrap_err().to_string();
+        assert!(
+            err.contains("chk-5/_metadata") && err.contains("truncated"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_or_deleted_primary_is_read_from_its_local_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(&dir.path().join("primary"), "job")
+            .unwrap()
+            .with_local_copy(&dir.path().join("copy"))
+            .unwrap();
+        let loc = storage.init_location(4, SnapshotType::Checkpoint).unwrap();
+        storage.write_file(&loc, "s.keyed", b"abcdef").unwrap();
+        storage.write_metadata(&loc, &metadata(4)).unwrap();
+        let crc = crc32fast::hash(b"bcd");
+        let verify = move |b: &[u8]| {
+            (crc32fast::hash(b) == crc)
+                .then_some(())
+                .ok_or_else(|| "checksum mismatch".to_string())
+        };
+        fs::write(Path::new(&loc).join("s.keyed"), b"aXXdef").unwrap();
+        assert_eq!(
+            storage.read_range(&loc, "s.keyed", 1, 3, &verify).unwrap(),
+            b"bcd"
+        );
+        fs::remove_file(Path::new(&loc).join(METADATA_FILE)).unwrap();
+        assert_eq!(storage.read_metadata(&loc).unwrap(), metadata(4));
+        // The whole primary directory gone: still readable.
+        fs::remove_dir_all(&loc).unwrap();
+        assert_eq!(storage.read_metadata(&loc).unwrap(), metadata(4));
+        // Both damaged: the error names both.
+        let copy = storage.copy_of(Path::new(&loc)).unwrap();
+        fs::write(copy.join("s.keyed"), b"aYYdef").unwrap();
+        let err = storage
+            .read_range(&loc, "s.keyed", 1, 3, &verify)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("missing") && err.contains("checksum mismatch"),
+            "{err}"
+        );
+        fs::remove_file(copy.join(METADATA_FILE)).unwrap();
+        let err = storage.read_metadata(&loc).unwrap_err().to_string();
+        assert!(err.contains("nor does its local-recovery copy"), "{err}");
+    }
+
+    #[test]
+    fn the_job_record_survives_the_loss_of_one_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(&dir.path().join("primary"), "job")
+            .unwrap()
+            .with_local_copy(&dir.path().join("copy"))
+            .unwrap();
+        let mut record = JobRecord::new("job");
+        record.sequence = 3;
+        storage.write_job_record(&record).unwrap();
+        fs::write(storage.job_dir().join(JOB_RECORD_FILE), [7u8; 40]).unwrap();
+        assert_eq!(storage.read_job_record().unwrap(), Some(record.clone()));
+        fs::remove_file(storage.copy_dir().unwrap().join(JOB_RECORD_FILE)).unwrap();
+        let err = storage.read_job_record().unwrap_err().to_string();
+        assert!(
+            err.contains("_job_record") && err.contains("magic"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_discard_cut_short_leaves_only_a_hidden_leftover() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(dir.path(), "job").unwrap();
+        let loc = storage.init_location(9, SnapshotType::Checkpoint).unwrap();
+        storage.write_metadata(&loc, &metadata(9)).unwrap();
+        // What a crash between the rename and the deletion leaves.
+        fs::rename(&loc, storage.job_dir().join(".discard-chk-9")).unwrap();
+        assert!(storage.list_checkpoints().unwrap().is_empty());
+        assert_eq!(storage.max_id().unwrap(), 9, "the id stays used");
+        let removed = storage.remove_leftovers(&[]).unwrap();
+        assert_eq!(removed.len(), 1, "{removed:?}");
+        assert_eq!(storage.max_id().unwrap(), 0);
+    }
+}

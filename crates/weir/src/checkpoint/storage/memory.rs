@@ -1,0 +1,222 @@
+//! Checkpoints in this process's memory, for tests: lost when the process exits, so a job
+//! using it can recover from task failures but not from a crash of its process.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use super::{
+    decode_metadata, decode_record, location_name, parse_any_location, parse_checkpoint_dir,
+    sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify, DISCARD_PREFIX,
+};
+use crate::checkpoint::job_lock::JobLock;
+use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
+use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
+use crate::runtime::stream_element::SnapshotType;
+
+/// Checkpoints in this process's memory (for tests); shared by clones.
+#[derive(Debug, Clone)]
+pub struct MemoryCheckpointStorage {
+    root: String,
+    files: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
+}
+
+impl MemoryCheckpointStorage {
+    /// Empty storage for `job_name`.
+    pub fn new(job_name: &str) -> Self {
+        Self {
+            root: format!("memory://{}", sanitize(job_name)),
+            files: Arc::default(),
+        }
+    }
+
+    fn files(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        // A panic while holding this lock leaves plain bytes behind; they stay usable.
+        self.files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Overwrites a file (tests use it to corrupt checkpoints).
+    pub fn put(&self, path: &str, bytes: Vec<u8>) {
+        self.files().insert(path.to_string(), bytes);
+    }
+
+    fn record_path(&self) -> String {
+        format!("{}/{JOB_RECORD_FILE}", self.root)
+    }
+}
+
+impl CheckpointStorage for MemoryCheckpointStorage {
+    fn describe(&self) -> String {
+        self.root.clone()
+    }
+
+    fn location(&self, id: u64, kind: SnapshotType) -> String {
+        format!("{}/{}", self.root, location_name(id, kind))
+    }
+
+    fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
+        let location = self.location(id, kind);
+        let mut files = self.files();
+        if files.contains_key(&format!("{location}/")) {
+            return Err(StorageError::Io {
+                action: "create directory",
+                path: location,
+                source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            });
+        }
+        files.insert(format!("{location}/"), Vec::new());
+        Ok(location)
+    }
+
+    fn write_file(&self, location: &str, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let mut files = self.files();
+        if !files.contains_key(&format!("{location}/")) {
+            return Err(StorageError::not_found(location));
+        }
+        files.insert(format!("{location}/{name}"), bytes.to_vec());
+        Ok(())
+    }
+
+    fn read_range(
+        &self,
+        location: &str,
+        name: &str,
+        offset: u64,
+        length: u64,
+        verify: Verify<'_>,
+    ) -> Result<Vec<u8>, StorageError> {
+        let path = format!("{location}/{name}");
+        let files = self.files();
+        let bytes = files
+            .get(&path)
+            .ok_or_else(|| StorageError::not_found(path.clone()))?;
+        let (start, end) = (offset as usize, (offset + length) as usize);
+        let range = bytes.get(start..end).ok_or(StorageError::Corrupt {
+            path: path.clone(),
+            reason: format!("truncated: wanted bytes {start}..{end} of {}", bytes.len()),
+        })?;
+        verify(range).map_err(|reason| StorageError::Corrupt { path, reason })?;
+        Ok(range.to_vec())
+    }
+
+    fn write_metadata(
+        &self,
+        location: &str,
+        metadata: &CheckpointMetadata,
+    ) -> Result<(), StorageError> {
+        let path = format!("{location}/{METADATA_FILE}");
+        let bytes = metadata.encode().map_err(|e| StorageError::Corrupt {
+            path: path.clone(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        self.files().insert(path, bytes);
+        Ok(())
+    }
+
+    fn read_metadata(&self, location: &str) -> Result<CheckpointMetadata, StorageError> {
+        let path = format!("{location}/{METADATA_FILE}");
+        let bytes = self
+            .files()
+            .get(&path)
+            .cloned()
+            .ok_or_else(|| StorageError::not_found(path.clone()))?;
+        decode_metadata(path, &bytes)
+    }
+
+    fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        let files = self.files();
+        let prefix = format!("{}/", self.root);
+        let mut found: Vec<StoredCheckpoint> = files
+            .keys()
+            .filter_map(|k| {
+                let rest = k.strip_prefix(&prefix)?;
+                let dir = rest.strip_suffix('/')?;
+                let id = parse_checkpoint_dir(dir)?;
+                let location = format!("{}{}", prefix, dir);
+                Some(StoredCheckpoint {
+                    id,
+                    has_metadata: files.contains_key(&format!("{location}/{METADATA_FILE}")),
+                    location,
+                })
+            })
+            .collect();
+        found.sort_by_key(|c| c.id);
+        Ok(found)
+    }
+
+    fn max_id(&self) -> Result<u64, StorageError> {
+        let prefix = format!("{}/", self.root);
+        Ok(self
+            .files()
+            .keys()
+            .filter_map(|k| parse_any_location(k.strip_prefix(&prefix)?.strip_suffix('/')?))
+            .max()
+            .unwrap_or(0))
+    }
+
+    fn discard(&self, location: &str) -> Result<(), StorageError> {
+        let prefix = format!("{location}/");
+        let mut files = self.files();
+        files.retain(|k, _| !k.starts_with(&prefix));
+        // The id stays used, as on a filesystem while a deletion is under way.
+        if let Some((root, name)) = location.rsplit_once('/') {
+            files.insert(format!("{root}/{DISCARD_PREFIX}{name}/"), Vec::new());
+        }
+        Ok(())
+    }
+
+    fn lock_job(&self) -> Result<Option<JobLock>, StorageError> {
+        Ok(None)
+    }
+
+    fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
+        let path = self.record_path();
+        let bytes = self.files().get(&path).cloned();
+        bytes.map(|b| decode_record(path, &b)).transpose()
+    }
+
+    fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
+        let path = self.record_path();
+        let bytes = record.encode().map_err(|e| StorageError::Corrupt {
+            path: path.clone(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        self.files().insert(path, bytes);
+        Ok(())
+    }
+
+    fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError> {
+        let prefix = format!("{}/", self.root);
+        let mut files = self.files();
+        let victims: Vec<String> = files
+            .keys()
+            .filter_map(|k| {
+                let dir = k.strip_prefix(&prefix)?.strip_suffix('/')?;
+                parse_any_location(dir)?;
+                let location = format!("{prefix}{dir}");
+                let being_deleted = dir.starts_with(DISCARD_PREFIX);
+                let incomplete = !being_deleted
+                    && !files.contains_key(&format!("{location}/{METADATA_FILE}"))
+                    && !keep.contains(&location);
+                (being_deleted || incomplete).then_some(location)
+            })
+            .collect();
+        for victim in &victims {
+            let inside = format!("{victim}/");
+            files.retain(|k, _| !k.starts_with(&inside));
+        }
+        Ok(victims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::exercise;
+    use super::*;
+
+    #[test]
+    fn memory_storage() {
+        exercise(&MemoryCheckpointStorage::new("job"));
+    }
+}

@@ -1,0 +1,369 @@
+//! Checkpoint storage: where state files, checkpoint metadata and the job record are written.
+//!
+//! A checkpoint's files live in one location, `<dir>/<job>/chk-<id>/` on a filesystem (or
+//! `savepoint-<id>/` for savepoints). State files are written and fsynced by the tasks'
+//! asynchronous snapshot threads; the metadata is written last by the coordinator,
+//! atomically (temporary name, fsync, rename, fsync of the directory). With local recovery
+//! configured, every file also gets a second copy, and reads take whichever copy verifies.
+
+mod filesystem;
+mod memory;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use filesystem::FsCheckpointStorage;
+pub use memory::MemoryCheckpointStorage;
+
+use crate::checkpoint::config::CheckpointStorageConfig;
+use crate::checkpoint::job_lock::JobLock;
+use crate::checkpoint::job_record::JobRecord;
+use crate::checkpoint::metadata::CheckpointMetadata;
+use crate::runtime::stream_element::SnapshotType;
+
+/// A storage failure, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// An I/O error.
+    #[error("checkpoint storage: {action} `{path}`: {source}")]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// The file or directory.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file does not exist.
+    #[error("checkpoint storage: `{path}` does not exist{}", copy_note(checked_copy.as_deref()))]
+    NotFound {
+        /// The file.
+        path: String,
+        /// Its local-recovery copy, when that was looked for too.
+        checked_copy: Option<String>,
+    },
+    /// A file exists but its content is damaged.
+    #[error("checkpoint storage: `{path}` is corrupt: {reason}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another process holds the job.
+    #[error(
+        "the job's checkpoint directory is locked by another process ({holder}); lock file \
+         `{path}`. One process at a time may run a job: stop that one first (a process that \
+         died releases the lock by itself)"
+    )]
+    Locked {
+        /// The lock file.
+        path: String,
+        /// Who holds it.
+        holder: String,
+    },
+}
+
+fn copy_note(copy: Option<&str>) -> String {
+    copy.map(|c| format!(", nor does its local-recovery copy `{c}`"))
+        .unwrap_or_default()
+}
+
+impl StorageError {
+    /// A missing file.
+    pub fn not_found(path: impl Into<String>) -> Self {
+        StorageError::NotFound {
+            path: path.into(),
+            checked_copy: None,
+        }
+    }
+
+    /// Whether the file is missing (rather than unreadable or damaged).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::NotFound { .. })
+    }
+}
+
+/// A checkpoint location found in storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// Checkpoint id.
+    pub id: u64,
+    /// Its location (directory).
+    pub location: String,
+    /// Whether its metadata file exists (it may still be corrupt).
+    pub has_metadata: bool,
+}
+
+/// Checks bytes read back from storage (a checksum); says what is wrong.
+pub type Verify<'a> = &'a dyn Fn(&[u8]) -> Result<(), String>;
+
+/// Where checkpoints are kept.
+pub trait CheckpointStorage: Send + Sync {
+    /// Human-readable description (the directory).
+    fn describe(&self) -> String;
+    /// The location of snapshot `id` (whether or not it exists yet).
+    fn location(&self, id: u64, kind: SnapshotType) -> String;
+    /// Creates the location of snapshot `id` and returns it.
+    fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError>;
+    /// Writes a state file durably (and its local copy, if configured).
+    fn write_file(&self, location: &str, name: &str, bytes: &[u8]) -> Result<(), StorageError>;
+    /// Reads `length` bytes at `offset` of a state file from the first copy whose bytes
+    /// `verify` accepts: the primary, then the local-recovery copy.
+    fn read_range(
+        &self,
+        location: &str,
+        name: &str,
+        offset: u64,
+        length: u64,
+        verify: Verify<'_>,
+    ) -> Result<Vec<u8>, StorageError>;
+    /// Writes the metadata atomically: after a crash it is either absent or complete.
+    fn write_metadata(
+        &self,
+        location: &str,
+        metadata: &CheckpointMetadata,
+    ) -> Result<(), StorageError>;
+    /// Reads and verifies the metadata of `location` (the primary, else the local copy).
+    fn read_metadata(&self, location: &str) -> Result<CheckpointMetadata, StorageError>;
+    /// Checkpoints (not savepoints) of this job, by ascending id.
+    fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError>;
+    /// The highest id of any checkpoint or savepoint location of this job, including ones
+    /// being deleted (0 if none), so that new ids never reuse one.
+    fn max_id(&self) -> Result<u64, StorageError>;
+    /// Removes a location and everything in it (and its local copy). The location
+    /// disappears at once, as a whole: a crash midway leaves no partial checkpoint behind,
+    /// only a hidden directory that [`CheckpointStorage::remove_leftovers`] finishes off.
+    fn discard(&self, location: &str) -> Result<(), StorageError>;
+    /// Takes the job's exclusive lock (`None` where storage is private to this process).
+    fn lock_job(&self) -> Result<Option<JobLock>, StorageError>;
+    /// Reads the job record: the readable copy with the highest sequence; `None` when there
+    /// is none; an error when one exists but no copy is readable.
+    fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError>;
+    /// Writes the job record atomically (and its local copy).
+    fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError>;
+    /// Removes what crashed runs left behind: locations being deleted, and checkpoint or
+    /// savepoint locations without metadata (never completed) unless `keep` names them.
+    /// Returns what was removed.
+    fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError>;
+}
+
+/// Creates the storage configured for `job_name`, with a local-recovery copy under
+/// `local_copy` if given.
+pub fn create_storage(
+    config: &CheckpointStorageConfig,
+    local_copy: Option<&Path>,
+    job_name: &str,
+) -> Result<Arc<dyn CheckpointStorage>, StorageError> {
+    Ok(match config {
+        CheckpointStorageConfig::Memory => Arc::new(MemoryCheckpointStorage::new(job_name)),
+        CheckpointStorageConfig::FileSystem(dir) => {
+            let mut storage = FsCheckpointStorage::new(dir, job_name)?;
+            if let Some(copy) = local_copy {
+                storage = storage.with_local_copy(copy)?;
+            }
+            Arc::new(storage)
+        }
+    })
+}
+
+/// Makes a job name safe as a directory name.
+pub fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.chars().all(|c| c == '.') {
+        "job".into()
+    } else {
+        s
+    }
+}
+
+fn location_name(id: u64, kind: SnapshotType) -> String {
+    match kind {
+        SnapshotType::Checkpoint => format!("chk-{id}"),
+        SnapshotType::Savepoint => format!("savepoint-{id}"),
+    }
+}
+
+fn parse_checkpoint_dir(name: &str) -> Option<u64> {
+    name.strip_prefix("chk-")?.parse().ok()
+}
+
+/// Prefix of a location being deleted.
+const DISCARD_PREFIX: &str = ".discard-";
+
+/// The id of a checkpoint or savepoint location, also while it is being deleted.
+fn parse_any_location(name: &str) -> Option<u64> {
+    let name = name.strip_prefix(DISCARD_PREFIX).unwrap_or(name);
+    parse_checkpoint_dir(name).or_else(|| name.strip_prefix("savepoint-")?.parse().ok())
+}
+
+fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
+    CheckpointMetadata::decode(bytes).map_err(|reason| StorageError::Corrupt { path, reason })
+}
+
+fn decode_record(path: String, bytes: &[u8]) -> Result<JobRecord, StorageError> {
+    JobRecord::decode(bytes).map_err(|reason| StorageError::Corrupt { path, reason })
+}
+
+/// A copy to read when the primary is unusable: its path, and how to read it.
+type CopyReader<'a, T> = (String, &'a dyn Fn() -> Result<T, StorageError>);
+
+/// The outcome of reading something that has a primary and maybe a copy: the first good one,
+/// or an error that says what was wrong with each.
+fn first_good<T>(
+    primary: Result<T, StorageError>,
+    copy: Option<CopyReader<'_, T>>,
+) -> Result<T, StorageError> {
+    let primary_error = match primary {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    let Some((copy_path, read_copy)) = copy else {
+        return Err(primary_error);
+    };
+    match read_copy() {
+        Ok(value) => {
+            tracing::warn!(error = %primary_error, copy = %copy_path,
+                "checkpoint file unusable; using its local-recovery copy");
+            Ok(value)
+        }
+        Err(copy_error) => Err(combine(primary_error, &copy_path, copy_error)),
+    }
+}
+
+/// One error for a primary and its copy, both unusable.
+fn combine(primary: StorageError, copy_path: &str, copy: StorageError) -> StorageError {
+    let copy_problem = match &copy {
+        StorageError::NotFound { .. } => "missing".to_string(),
+        StorageError::Corrupt { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    };
+    match primary {
+        StorageError::NotFound { path, .. } if copy.is_not_found() => StorageError::NotFound {
+            path,
+            checked_copy: Some(copy_path.to_string()),
+        },
+        StorageError::NotFound { path, .. } => StorageError::Corrupt {
+            path,
+            reason: format!("missing; its local-recovery copy `{copy_path}`: {copy_problem}"),
+        },
+        StorageError::Corrupt { path, reason } => StorageError::Corrupt {
+            path,
+            reason: format!("{reason}; its local-recovery copy `{copy_path}`: {copy_problem}"),
+        },
+        other => StorageError::Corrupt {
+            path: match &other {
+                StorageError::Io { path, .. } | StorageError::Locked { path, .. } => path.clone(),
+                _ => String::new(),
+            },
+            reason: format!("{other}; its local-recovery copy `{copy_path}`: {copy_problem}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::job_record::RecordedCheckpoint;
+
+    pub(super) fn metadata(id: u64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            checkpoint_id: id,
+            kind: SnapshotType::Checkpoint,
+            job_name: "j".into(),
+            epoch: 1,
+            timestamp_millis: 0,
+            operators: vec![],
+        }
+    }
+
+    fn accept(_: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What every storage must do.
+    pub(super) fn exercise(storage: &dyn CheckpointStorage) {
+        let loc1 = storage.init_location(1, SnapshotType::Checkpoint).unwrap();
+        let loc2 = storage.init_location(2, SnapshotType::Checkpoint).unwrap();
+        storage.init_location(3, SnapshotType::Savepoint).unwrap();
+        assert!(
+            storage.init_location(3, SnapshotType::Savepoint).is_err(),
+            "never reused"
+        );
+        assert_eq!(storage.max_id().unwrap(), 3);
+        storage.write_file(&loc1, "a.keyed", b"0123456789").unwrap();
+        assert_eq!(
+            storage.read_range(&loc1, "a.keyed", 2, 3, &accept).unwrap(),
+            b"234"
+        );
+        assert!(matches!(
+            storage.read_range(&loc1, "a.keyed", 8, 5, &accept),
+            Err(StorageError::Corrupt { .. })
+        ));
+        let refuse = |_: &[u8]| Err("checksum mismatch".to_string());
+        let err = storage
+            .read_range(&loc1, "a.keyed", 0, 3, &refuse)
+            .unwrap_err();
+        assert!(err.to_string().contains("checksum mismatch"), "{err}");
+        storage.write_metadata(&loc1, &metadata(1)).unwrap();
+        assert_eq!(storage.read_metadata(&loc1).unwrap(), metadata(1));
+        let listed = storage.list_checkpoints().unwrap();
+        assert_eq!(
+            listed
+                .iter()
+                .map(|c| (c.id, c.has_metadata))
+                .collect::<Vec<_>>(),
+            vec![(1, true), (2, false)]
+        );
+        assert!(matches!(
+            storage.read_metadata(&loc2),
+            Err(StorageError::NotFound { .. })
+        ));
+        storage.discard(&loc1).unwrap();
+        assert_eq!(storage.list_checkpoints().unwrap().len(), 1);
+        assert!(
+            storage.write_file(&loc1, "late", b"x").is_err(),
+            "a discarded location takes no files"
+        );
+        assert_eq!(storage.max_id().unwrap(), 3, "ids are never reused");
+
+        assert_eq!(storage.read_job_record().unwrap(), None);
+        let mut record = JobRecord::new("j");
+        record.epoch = 2;
+        record.sequence = 1;
+        record.add_completed(
+            RecordedCheckpoint {
+                id: 2,
+                kind: SnapshotType::Checkpoint,
+                location: loc2.clone(),
+            },
+            1,
+        );
+        storage.write_job_record(&record).unwrap();
+        assert_eq!(storage.read_job_record().unwrap(), Some(record.clone()));
+        record.sequence = 2;
+        storage.write_job_record(&record).unwrap();
+        assert_eq!(storage.read_job_record().unwrap().unwrap().sequence, 2);
+
+        // Location 2 never got metadata, but the record names it: it is kept.
+        let removed = storage
+            .remove_leftovers(std::slice::from_ref(&loc2))
+            .unwrap();
+        assert!(
+            removed.iter().any(|r| r.contains("savepoint-3")),
+            "{removed:?}"
+        );
+        assert_eq!(storage.list_checkpoints().unwrap().len(), 1);
+        storage.remove_leftovers(&[]).unwrap();
+        assert!(storage.list_checkpoints().unwrap().is_empty());
+    }
+}
