@@ -21,8 +21,9 @@ use weir::connectors::write_ahead_log::{
 };
 use weir::{
     AggregateFunction, AggregatingState, BoxError, CheckpointConfig, CheckpointStorageConfig,
-    Collector, ExecutionConfig, JobExecutionResult, KeyedContext, KeyedProcessFunction,
-    RestartStrategyConfig, RetentionOnCancel, RuntimeContext, StreamExecutionEnvironment,
+    Collector, CorruptCheckpointPolicy, ExecutionConfig, JobExecutionResult, KeyedContext,
+    KeyedProcessFunction, RestartStrategyConfig, RetentionOnCancel, RuntimeContext,
+    StreamExecutionEnvironment,
 };
 
 /// One row of the data set.
@@ -189,6 +190,13 @@ pub struct CensusOptions {
     pub commit_delay: Option<Duration>,
     /// Checkpoint interval.
     pub checkpoint_interval: Duration,
+    /// Keep a second copy of every checkpoint file here (task-local recovery).
+    pub local_recovery: Option<PathBuf>,
+    /// Let recovery fall back past committed output (duplicating it) when the checkpoint
+    /// it must restore is unusable.
+    pub allow_duplicates: bool,
+    /// Stop with a savepoint once this many rows were read in this run.
+    pub stop_after_rows: Option<u64>,
 }
 
 impl CensusOptions {
@@ -205,6 +213,9 @@ impl CensusOptions {
             resume: false,
             commit_delay: None,
             checkpoint_interval: Duration::from_secs(1),
+            local_recovery: Some(work_dir.join("local-recovery")),
+            allow_duplicates: false,
+            stop_after_rows: None,
         }
     }
 }
@@ -219,17 +230,31 @@ pub const JOB_NAME: &str = "census";
 
 /// Builds the census job in an environment configured from `options`.
 pub fn build(options: &CensusOptions) -> Result<StreamExecutionEnvironment> {
+    Ok(build_with_progress(options)?.0)
+}
+
+/// Builds the census job and returns, with its environment, the count of rows it has read
+/// in this run so far.
+pub fn build_with_progress(
+    options: &CensusOptions,
+) -> Result<(StreamExecutionEnvironment, Arc<AtomicU64>)> {
+    let mut checkpointing = CheckpointConfig::default()
+        .with_interval(options.checkpoint_interval)
+        .with_retained(2)
+        .with_retention_on_cancel(RetentionOnCancel::Retain)
+        .with_storage(CheckpointStorageConfig::FileSystem(
+            options.checkpoints.clone(),
+        ));
+    if let Some(dir) = &options.local_recovery {
+        checkpointing = checkpointing.with_local_recovery(dir);
+    }
+    if options.allow_duplicates {
+        checkpointing =
+            checkpointing.with_corrupt_checkpoint_policy(CorruptCheckpointPolicy::AllowDuplicates);
+    }
     let config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(options.checkpoint_interval)
-                .with_retained(2)
-                .with_retention_on_cancel(RetentionOnCancel::Retain)
-                .with_storage(CheckpointStorageConfig::FileSystem(
-                    options.checkpoints.clone(),
-                )),
-        )
+        .with_checkpointing(checkpointing)
         .with_restart_strategy(RestartStrategyConfig::FixedDelay {
             attempts: 3,
             delay: Duration::from_millis(200),
@@ -237,6 +262,7 @@ pub fn build(options: &CensusOptions) -> Result<StreamExecutionEnvironment> {
         .with_resume_from_latest_checkpoint(options.resume);
     let env = StreamExecutionEnvironment::new(config).context("invalid configuration")?;
     let rows_read = Arc::new(AtomicU64::new(0));
+    let progress = rows_read.clone();
     let failed = Arc::new(AtomicBool::new(false));
     let fail_after = options.fail_after_rows;
     let delay = options.commit_delay.unwrap_or(Duration::ZERO);
@@ -280,13 +306,35 @@ pub fn build(options: &CensusOptions) -> Result<StreamExecutionEnvironment> {
                 .uid("write-ahead-log");
         }
     }
-    Ok(env)
+    Ok((env, progress))
 }
 
-/// Runs the job to its end.
+/// Runs the job to its end, or until it is stopped with a savepoint after
+/// `options.stop_after_rows` rows.
 pub fn run(options: &CensusOptions) -> Result<JobExecutionResult> {
-    let env = build(options)?;
-    Ok(env.execute(JOB_NAME)?)
+    let (env, rows_read) = build_with_progress(options)?;
+    execute(&env, options, &rows_read)
+}
+
+/// Executes a built census job: to its end, or — with `stop_after_rows` — until that many
+/// rows were read, when it is stopped with a savepoint (its path is in the result).
+pub fn execute(
+    env: &StreamExecutionEnvironment,
+    options: &CensusOptions,
+    rows_read: &AtomicU64,
+) -> Result<JobExecutionResult> {
+    let Some(stop_after) = options.stop_after_rows else {
+        return Ok(env.execute(JOB_NAME)?);
+    };
+    let client = env.execute_async(JOB_NAME)?;
+    while rows_read.load(Ordering::SeqCst) < stop_after {
+        if client.is_finished() {
+            return Ok(client.wait()?);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (_, result) = client.stop_with_savepoint()?;
+    Ok(result)
 }
 
 /// Count and total hours per class, computed sequentially from the CSV files.

@@ -1,8 +1,11 @@
 //! Test support shared by Weir's crates: seeds that can be replayed, a small deterministic
-//! random generator, and the pieces of the process-kill tests (wait for a child process,
-//! SIGKILL it after a delay or after a checkpoint completed).
+//! random generator, the pieces of the process-kill tests (wait for a child process,
+//! SIGKILL it after a delay or after a checkpoint completed), and deterministic crash points
+//! ([`crash_points`]: kill or stop a process at its N-th durable file operation).
 
 #![warn(missing_docs)]
+
+pub mod crash_points;
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};

@@ -46,6 +46,20 @@ struct Args {
     /// The exactly-once sink: `2pc` (transactional file sink) or `wal` (write-ahead log).
     #[arg(long, default_value = "2pc", value_parser = ["2pc", "wal"])]
     sink: String,
+    /// Keep no second copy of checkpoint files (by default they are copied to
+    /// <work-dir>/local-recovery, so that a damaged file does not make a checkpoint
+    /// unrestorable).
+    #[arg(long)]
+    no_local_recovery: bool,
+    /// When the checkpoint to restore is unusable, fall back to an older one even though
+    /// its output is committed already (`recovery.fallback-on-corrupt-checkpoint:
+    /// allow-duplicates`).
+    #[arg(long)]
+    allow_duplicates: bool,
+    /// Stop with a savepoint after reading this many rows (0: never); `--resume` then
+    /// continues from the savepoint.
+    #[arg(long, default_value_t = 0)]
+    stop_after_rows: u64,
 }
 
 fn main() -> Result<()> {
@@ -72,8 +86,12 @@ fn main() -> Result<()> {
     options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
     options.commit_delay =
         (args.commit_delay_ms > 0).then(|| Duration::from_millis(args.commit_delay_ms));
+    options.allow_duplicates = args.allow_duplicates;
+    options.stop_after_rows = (args.stop_after_rows > 0).then_some(args.stop_after_rows);
+    let local_recovery = args.work_dir.join("local-recovery");
+    options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     if !args.resume {
-        for dir in [&options.output, &options.checkpoints] {
+        for dir in [&options.output, &options.checkpoints, &local_recovery] {
             if dir.exists() {
                 std::fs::remove_dir_all(dir)
                     .with_context(|| format!("clearing {}", dir.display()))?;
@@ -81,11 +99,18 @@ fn main() -> Result<()> {
         }
     }
 
-    let env = census::build(&options)?;
+    let (env, rows_read) = census::build_with_progress(&options)?;
     if !args.quiet {
         println!("{}", env.explain(census::JOB_NAME)?);
     }
-    let result = env.execute(census::JOB_NAME)?;
+    let result = census::execute(&env, &options, &rows_read)?;
+    if let Some(savepoint) = &result.savepoint {
+        println!(
+            "Stopped with savepoint {savepoint} after {} rows; `--resume` continues from it.",
+            rows_read.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        return Ok(());
+    }
     let verification = census::verify(&options.output, &args.data)?;
     if !args.quiet {
         print!("{result}");

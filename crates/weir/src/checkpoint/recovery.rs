@@ -202,8 +202,8 @@ fn fallback_target(fallback: Option<u64>) -> String {
 fn consequence(checkpoint_id: u64, fallback: Option<u64>, sinks: &[String]) -> String {
     format!(
         "Sinks {} commit output when a checkpoint completes and may have been notified of \
-         checkpoint {checkpoint_id}: falling back to {} would commit the output of {} a second \
-         time. Refusing; repair or restore the file, or set `{FALLBACK_OPTION}: \
+         checkpoint {checkpoint_id}: restoring {} instead would commit the output of {} a \
+         second time. Refusing; repair or restore the file, or set `{FALLBACK_OPTION}: \
          allow-duplicates` (CheckpointConfig::with_corrupt_checkpoint_policy) to fall back \
          anyway",
         sink_list(sinks),
@@ -638,7 +638,9 @@ mod tests {
         assert!(
             err.contains("cannot restore checkpoint 3 of job `j`")
                 && err.contains("chk-3/_metadata` does not exist")
-                && err.contains("falling back to checkpoint 2 would commit the output of checkpoint 3 a second time")
+                && err.contains(
+                    "restoring checkpoint 2 instead would commit the output of checkpoint 3 a second time"
+                )
                 && err.contains(FALLBACK_OPTION),
             "{err}"
         );

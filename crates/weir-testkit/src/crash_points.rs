@@ -1,0 +1,239 @@
+//! Deterministic crash points: a job runs as a child process with the crash injector
+//! (`LD_PRELOAD`, built from `crash_injector.c`) that counts its durable file operations
+//! under one directory — create, rename, unlink, mkdir, rmdir, fsync — and kills or stops it
+//! right before the N-th. A counting run tells how many operations a run makes; a sweep
+//! then tries every N (or a sample of them), recovers, and checks the committed output.
+//!
+//! `WEIR_CRASH_SWEEP=full` tries every point, `WEIR_CRASH_SWEEP=n` a sample of n, and
+//! `WEIR_CRASH_POINT=n` replays one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::Rng;
+
+/// The crash injector library.
+pub fn injector() -> &'static Path {
+    Path::new(env!("WEIR_CRASH_INJECTOR"))
+}
+
+/// What the injector does at the chosen operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Only count (and log).
+    None,
+    /// SIGKILL right before the n-th operation.
+    KillAt(u64),
+    /// SIGSTOP right before the n-th operation (continue it with [`resume`]).
+    StopAt(u64),
+}
+
+/// Sets up `command` to run with the injector watching `dir` (an absolute path), logging
+/// every counted operation to `log` if given.
+pub fn inject(command: &mut Command, dir: &Path, fault: Fault, log: Option<&Path>) {
+    command
+        .env("LD_PRELOAD", injector())
+        .env("WEIR_CRASH_DIR", dir)
+        .env_remove("WEIR_CRASH_AT")
+        .env_remove("WEIR_CRASH_STOP_AT")
+        .env_remove("WEIR_CRASH_LOG");
+    match fault {
+        Fault::None => {}
+        Fault::KillAt(n) => {
+            command.env("WEIR_CRASH_AT", n.to_string());
+        }
+        Fault::StopAt(n) => {
+            command.env("WEIR_CRASH_STOP_AT", n.to_string());
+            // A process group of its own: signals meant for the test's group (a test
+            // runner's job control) must not continue it.
+            std::os::unix::process::CommandExt::process_group(command, 0);
+        }
+    }
+    if let Some(log) = log {
+        command.env("WEIR_CRASH_LOG", log);
+    }
+}
+
+/// One counted operation, as the injector logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOperation {
+    /// Its number in the run (1-based).
+    pub n: u64,
+    /// `create`, `rename`, `unlink`, `mkdir`, `rmdir`, `fsync` or `fdatasync`.
+    pub op: String,
+    /// The path (`from -> to` for a rename).
+    pub path: String,
+}
+
+/// The operations logged to `log`, in order.
+pub fn read_log(log: &Path) -> Vec<FileOperation> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let n = parts.next()?.parse().ok()?;
+            let op = parts.next()?.to_string();
+            let path = parts.next().unwrap_or_default().to_string();
+            Some(FileOperation { n, op, path })
+        })
+        .collect()
+}
+
+/// Which crash points in `window` (1-based, inclusive) to try: the one in `WEIR_CRASH_POINT`;
+/// every one with `WEIR_CRASH_SWEEP=full`; else `WEIR_CRASH_SWEEP` or `sample` of them,
+/// spread evenly with a seeded offset (`seed`), always with the first and the last.
+pub fn points(window: std::ops::RangeInclusive<u64>, sample: usize, seed: u64) -> Vec<u64> {
+    if let Some(point) = std::env::var("WEIR_CRASH_POINT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+    {
+        return vec![point];
+    }
+    let (first, last) = (*window.start(), *window.end());
+    if last < first {
+        return Vec::new();
+    }
+    let wanted = match std::env::var("WEIR_CRASH_SWEEP").as_deref() {
+        Ok("full") => usize::MAX,
+        Ok(n) => n.parse().unwrap_or(sample),
+        Err(_) => sample,
+    };
+    let total = last - first + 1;
+    if wanted as u64 >= total {
+        return window.collect();
+    }
+    let mut rng = Rng(seed);
+    let mut chosen = BTreeSet::from([first, last]);
+    let stride = total as f64 / wanted.max(1) as f64;
+    let offset = rng.below(stride.max(1.0) as u64);
+    let mut x = first as f64 + offset as f64;
+    while chosen.len() < wanted && x <= last as f64 {
+        chosen.insert(x as u64);
+        x += stride;
+    }
+    chosen.into_iter().collect()
+}
+
+/// Whether `child` is stopped (SIGSTOP), per `/proc`.
+pub fn is_stopped(child: &Child) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesized command name.
+            let after = stat.rsplit_once(')')?.1;
+            after.split_whitespace().next().map(|s| s == "T")
+        })
+        .unwrap_or(false)
+}
+
+/// Waits until `child` is stopped or has exited; `true` if it stopped.
+pub fn wait_stopped(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if is_stopped(child) {
+            return true;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// Sends `signal` to `child`.
+fn signal(child: &Child, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Stops `child` (SIGSTOP), as a long pause, a swapped-out or frozen machine would.
+pub fn stop(child: &Child) {
+    signal(child, libc::SIGSTOP);
+}
+
+/// Lets a stopped `child` continue (SIGCONT).
+pub fn resume(child: &Child) {
+    signal(child, libc::SIGCONT);
+}
+
+/// A scratch directory's absolute path (the injector matches absolute prefixes).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_cover_the_ends_and_spread_evenly() {
+        let p = points(10..=109, 10, 3);
+        assert_eq!(p.len(), 10);
+        assert_eq!((p[0], *p.last().unwrap()), (10, 109));
+        assert_eq!(points(5..=7, 10, 1), vec![5, 6, 7]);
+        let (start, end) = (5, 4);
+        assert!(points(start..=end, 10, 1).is_empty());
+        assert_eq!(points(1..=1000, 10, 7), points(1..=1000, 10, 7));
+    }
+
+    /// In a child process (see below): five durable operations in `WEIR_TESTKIT_DIR`.
+    #[test]
+    fn child_file_operations() {
+        let Ok(dir) = std::env::var("WEIR_TESTKIT_DIR") else {
+            return;
+        };
+        let dir = Path::new(&dir);
+        std::fs::write(dir.join("a"), b"x").unwrap();
+        std::fs::rename(dir.join("a"), dir.join("b")).unwrap();
+        std::fs::create_dir(dir.join("c")).unwrap();
+        std::fs::remove_file(dir.join("b")).unwrap();
+        std::fs::remove_dir(dir.join("c")).unwrap();
+    }
+
+    fn child(watched: &Path) -> Command {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "crash_points::tests::child_file_operations"])
+            .env("WEIR_TESTKIT_DIR", watched);
+        command
+    }
+
+    #[test]
+    fn the_injector_kills_at_the_chosen_operation_and_logs_what_it_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = absolute(dir.path());
+        let log = root.join("ops.log");
+        let watched = root.join("w");
+        std::fs::create_dir(&watched).unwrap();
+        let mut counting = child(&watched);
+        inject(&mut counting, &watched, Fault::None, Some(&log));
+        assert!(counting.output().unwrap().status.success());
+        let ops: Vec<String> = read_log(&log).into_iter().map(|o| o.op).collect();
+        assert_eq!(ops, ["create", "rename", "mkdir", "unlink", "rmdir"]);
+
+        let mut killed = child(&watched);
+        inject(&mut killed, &watched, Fault::KillAt(3), None);
+        let status = killed.output().unwrap().status;
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(watched.join("b").exists(), "operations 1 and 2 ran");
+        assert!(!watched.join("c").exists(), "operation 3 did not");
+
+        let mut stopped = child(&watched);
+        std::fs::remove_file(watched.join("b")).unwrap();
+        inject(&mut stopped, &watched, Fault::StopAt(2), None);
+        let mut stopped = stopped.spawn().unwrap();
+        assert!(wait_stopped(&mut stopped, Duration::from_secs(10)));
+        assert!(watched.join("a").exists() && !watched.join("b").exists());
+        resume(&stopped);
+        assert!(stopped.wait().unwrap().success());
+        assert!(!watched.join("a").exists() && !watched.join("b").exists());
+    }
+}

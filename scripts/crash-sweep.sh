@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The full crash-point sweep of the census job (examples/tests/crash_sweep.rs): every durable
+# file operation of every scenario — fresh, resumed, rescaled, stop-with-savepoint, the end of a
+# bounded run, a second kill during recovery, for both exactly-once file sinks — is a crash
+# point; each is tried, recovered and checked against the exactly-once oracle. CI runs a
+# sample of the same tests; this runs all of them (about an hour on 2 cores).
+#
+#   scripts/crash-sweep.sh              the full sweep
+#   scripts/crash-sweep.sh --sample N   N points per scenario instead
+#   scripts/crash-sweep.sh --mutations  also checks that the sweep catches the bugs it was
+#                                       built for: each patch in scripts/crash-sweep/mutations
+#                                       is applied to a scratch worktree, and a sampled sweep
+#                                       there must report violations
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sample=full
+mutations=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --sample) sample="$2"; shift 2 ;;
+        --mutations) mutations=1; shift ;;
+        *) echo "usage: $0 [--sample N] [--mutations]" >&2; exit 2 ;;
+    esac
+done
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    cargo install cargo-nextest --locked
+fi
+
+# Runs the sweep tests in tree $1 (with CARGO_TARGET_DIR as set by the caller); prints the
+# per-scenario lines and leaves the exit status of the test run.
+sweep() {
+    local tree="$1" points="$2" log
+    log="$(mktemp)"
+    set +e
+    (cd "$tree" && WEIR_CRASH_SWEEP="$points" cargo nextest run --locked -p weir-examples \
+        --test crash_sweep --no-capture --no-fail-fast >"$log" 2>&1)
+    local status=$?
+    set -e
+    grep -E '^sweep ' "$log" || true
+    if [ $status -ne 0 ] && ! grep -q '^sweep ' "$log"; then
+        tail -n 40 "$log" >&2
+    fi
+    awk '/^sweep /{ for (i = 1; i <= NF; i++) { if ($(i+1) == "trials") t += $i; if ($(i+1) == "violations") v += $i } }
+         END { printf "total: %d trials, %d violations\n", t, v }' "$log"
+    rm -f "$log"
+    return $status
+}
+
+started=$(date +%s)
+echo "==> crash-point sweep ($sample points per scenario)"
+sweep . "$sample"
+echo "==> done in $(( $(date +%s) - started )) s"
+
+if [ $mutations = 1 ]; then
+    mutants_target="$PWD/target/mutants-target"
+    for patch in scripts/crash-sweep/mutations/*.patch; do
+        name="$(basename "$patch" .patch)"
+        tree="$PWD/target/mutants/$name"
+        echo "==> mutation $name: the sweep must fail"
+        rm -rf "$tree"
+        git worktree prune
+        git worktree add --detach -q "$tree" HEAD
+        # The scratch tree is HEAD: commit what the mutations should be checked against.
+        patch_path="$PWD/$patch"
+        if ! (cd "$tree" && git apply "$patch_path"); then
+            echo "mutation $name: the patch no longer applies; update it" >&2
+            git worktree remove --force "$tree"
+            exit 1
+        fi
+        if CARGO_TARGET_DIR="$mutants_target" sweep "$tree" 40; then
+            echo "mutation $name: NOT caught — the sweep passed with the bug in place" >&2
+            git worktree remove --force "$tree"
+            exit 1
+        fi
+        echo "mutation $name: caught"
+        git worktree remove --force "$tree"
+    done
+fi
