@@ -62,18 +62,6 @@ pub enum KafkaError {
         /// `topic-partition@offset` of its first record.
         record: String,
     },
-    /// A transactional id got a new producer id between a transaction and its re-send.
-    #[error("transactional id {transactional_id} now has producer id {after} instead of {before} (the id expired or its epochs ran out): re-sending the aborted transaction of checkpoint {checkpoint_id} now could duplicate it after another crash, so the re-send was aborted. Allow it with `allow_resend_under_new_producer_id` if that risk is acceptable")]
-    ProducerIdChanged {
-        /// The transactional id.
-        transactional_id: String,
-        /// The checkpoint the transaction belongs to.
-        checkpoint_id: u64,
-        /// The producer id of the original transaction.
-        before: i64,
-        /// The producer id now.
-        after: i64,
-    },
     /// librdkafka reported an error.
     #[error("Kafka client error while {action}: {source}")]
     Client {

@@ -45,6 +45,8 @@ pub struct LogRecord {
     pub timestamp: i64,
     /// The producer that wrote it (-1: none).
     pub producer_id: i64,
+    /// Its headers.
+    pub headers: Vec<(String, Option<Bytes>)>,
 }
 
 /// How a transaction ended, as its control marker in the log says.
@@ -432,74 +434,42 @@ impl LogReader {
         })
     }
 
-    /// Whether the data of the transaction that wrote the record at `offset` of
-    /// `topic`/`partition` is committed. Any COMMIT marker of the same producer id after
-    /// that record means yes: the exactly-once sink re-sends an aborted transaction's
-    /// records (the probe record included) under the same transactional id — and checks that
-    /// the producer id is still the same — and reuses that id for new data only once the
-    /// commit is confirmed. Otherwise an ABORT marker means aborted, and no marker means open.
-    /// [`TransactionOutcome::Unknown`]: the record is no longer in the log.
+    /// How the transaction that wrote the record at `offset` of `topic`/`partition` ended:
+    /// by the first control marker of the same producer id after it — a producer id has at
+    /// most one transaction open, and its marker is written before anything it sends next —
+    /// or, where a broker writes no marker when a newer producer fences the old one, by data
+    /// of a newer epoch of the same producer id, which means it never committed. A COMMIT
+    /// of a later transaction of the same id never counts for this one: two processes
+    /// sharing a transactional id share its producer id. No marker yet:
+    /// [`TransactionOutcome::Open`]; the record gone from the log:
+    /// [`TransactionOutcome::Unknown`].
     pub fn transaction_outcome(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
     ) -> Result<TransactionOutcome, KafkaError> {
-        let mut producer: Option<(i64, i64)> = None;
-        let mut outcome = TransactionOutcome::Unknown;
-        let scanned = self.scan(topic, partition, offset, |batch| {
-            let Some((producer_id, after)) = producer else {
-                if batch.info.control || batch.info.min_offset > offset {
-                    // The record is gone (compacted away).
-                    return Ok(false);
-                }
-                if !batch.info.transactional {
-                    outcome = TransactionOutcome::Committed;
-                    return Ok(false);
-                }
-                producer = Some((batch.info.producer_id, batch.last_offset));
-                outcome = TransactionOutcome::Open;
-                return Ok(true);
-            };
-            if batch.info.control
-                && batch.info.producer_id == producer_id
-                && batch.info.min_offset > after
-            {
-                match control_outcome(batch)? {
-                    TransactionOutcome::Committed => {
-                        outcome = TransactionOutcome::Committed;
-                        return Ok(false);
-                    }
-                    marker => outcome = marker,
-                }
-            }
-            Ok(true)
-        });
-        match scanned {
-            Ok(()) => Ok(outcome),
+        let mut tracker = OutcomeTracker::new(offset);
+        match self.scan(topic, partition, offset, |batch| tracker.visit(batch)) {
+            Ok(()) => Ok(tracker.outcome),
             Err(KafkaError::OffsetOutOfRange { .. }) => Ok(TransactionOutcome::Unknown),
             Err(e) => Err(e),
         }
     }
 
-    /// The producer id that wrote the record at `offset` (`None`: the record is gone).
-    pub fn producer_id_at(
+    /// Whether records carrying header [`RESEND_HEADER`] = `marker` were committed after
+    /// `offset` of `topic`/`partition`: an earlier recovery sent an aborted transaction
+    /// again, and the re-send committed, so it must not be sent a third time.
+    pub fn resend_committed(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
-    ) -> Result<Option<i64>, KafkaError> {
-        let mut producer = None;
-        let scanned = self.scan(topic, partition, offset, |batch| {
-            if !batch.info.control && batch.info.min_offset <= offset && offset <= batch.last_offset
-            {
-                producer = Some(batch.info.producer_id);
-            }
-            Ok(false)
-        });
-        match scanned {
-            Ok(()) => Ok(producer),
-            Err(KafkaError::OffsetOutOfRange { .. }) => Ok(None),
+        marker: &str,
+    ) -> Result<bool, KafkaError> {
+        let mut tracker = ResendTracker::new(marker);
+        match self.scan(topic, partition, offset + 1, |batch| tracker.visit(batch)) {
+            Ok(()) | Err(KafkaError::OffsetOutOfRange { .. }) => Ok(tracker.committed),
             Err(e) => Err(e),
         }
     }
@@ -521,6 +491,115 @@ impl LogReader {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Header on the records the exactly-once sink sends again after the broker aborted their
+/// transaction: `topic/partition/offset` of the original transaction's probe record, so that a
+/// later recovery can tell that the re-send happened and committed.
+pub const RESEND_HEADER: &str = "weir-resend-of";
+
+/// Follows a partition's batches from the one holding `offset` until the transaction that
+/// wrote `offset` ends (see [`LogReader::transaction_outcome`]).
+struct OutcomeTracker {
+    offset: i64,
+    /// Producer id, epoch, and last offset seen of the transaction.
+    ours: Option<(i64, i16, i64)>,
+    outcome: TransactionOutcome,
+}
+
+impl OutcomeTracker {
+    fn new(offset: i64) -> Self {
+        Self {
+            offset,
+            ours: None,
+            outcome: TransactionOutcome::Unknown,
+        }
+    }
+
+    /// Takes the next batch; `false` once the outcome is decided.
+    fn visit(&mut self, batch: &RawBatch) -> Result<bool, String> {
+        let Some((producer_id, epoch, after)) = self.ours else {
+            if batch.info.control || batch.info.min_offset > self.offset {
+                // The record is gone (compacted away).
+                self.outcome = TransactionOutcome::Unknown;
+                return Ok(false);
+            }
+            if !batch.info.transactional {
+                self.outcome = TransactionOutcome::Committed;
+                return Ok(false);
+            }
+            self.ours = Some((
+                batch.info.producer_id,
+                batch.info.producer_epoch,
+                batch.last_offset,
+            ));
+            self.outcome = TransactionOutcome::Open;
+            return Ok(true);
+        };
+        if batch.info.producer_id != producer_id || batch.info.min_offset <= after {
+            return Ok(true);
+        }
+        if batch.info.control {
+            self.outcome = control_outcome(batch)?;
+            return Ok(false);
+        }
+        if batch.info.producer_epoch > epoch {
+            // A newer epoch of the producer writes: ours ended without committing.
+            self.outcome = TransactionOutcome::Aborted;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Looks for a committed re-send carrying [`RESEND_HEADER`] = `marker`.
+struct ResendTracker<'a> {
+    marker: &'a str,
+    /// Re-send transactions seen, by producer id: their epoch.
+    candidates: HashMap<i64, i16>,
+    committed: bool,
+}
+
+impl<'a> ResendTracker<'a> {
+    fn new(marker: &'a str) -> Self {
+        Self {
+            marker,
+            candidates: HashMap::new(),
+            committed: false,
+        }
+    }
+
+    fn visit(&mut self, batch: &RawBatch) -> Result<bool, String> {
+        let producer_id = batch.info.producer_id;
+        if batch.info.control {
+            if self.candidates.remove(&producer_id).is_some()
+                && control_outcome(batch)? == TransactionOutcome::Committed
+            {
+                self.committed = true;
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        if self
+            .candidates
+            .get(&producer_id)
+            .is_some_and(|epoch| *epoch < batch.info.producer_epoch)
+        {
+            self.candidates.remove(&producer_id);
+        }
+        if batch.info.transactional && !self.candidates.contains_key(&producer_id) {
+            let carries = decode_records(batch)?.iter().any(|r| {
+                r.headers.iter().any(|(k, v)| {
+                    k == RESEND_HEADER && v.as_deref() == Some(self.marker.as_bytes())
+                })
+            });
+            if carries {
+                self.candidates
+                    .insert(producer_id, batch.info.producer_epoch);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -601,6 +680,11 @@ fn decode_records(batch: &RawBatch) -> Result<Vec<LogRecord>, String> {
             value: r.value,
             timestamp: r.timestamp,
             producer_id: r.producer_id,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         })
         .collect())
 }
@@ -642,6 +726,27 @@ mod tests {
 
     /// One encoded batch at `offset`: data records with `values`, or a control marker.
     fn batch(offset: i64, producer_id: i64, transactional: bool, content: Content) -> Vec<u8> {
+        batch_of(offset, producer_id, 0, transactional, content, None)
+    }
+
+    /// A batch of producer `producer_id` at epoch `epoch`, its records with `header`.
+    fn batch_of(
+        offset: i64,
+        producer_id: i64,
+        epoch: i16,
+        transactional: bool,
+        content: Content,
+        header: Option<(&str, &str)>,
+    ) -> Vec<u8> {
+        let headers: IndexMap<StrBytes, Option<Bytes>> = header
+            .map(|(k, v)| {
+                (
+                    StrBytes::from_string(k.to_string()),
+                    Some(Bytes::from(v.to_string())),
+                )
+            })
+            .into_iter()
+            .collect();
         type KeyValue = (Option<Bytes>, Option<Bytes>);
         let (control, entries): (bool, Vec<KeyValue>) = match content {
             Content::Data(values) => (
@@ -667,14 +772,18 @@ mod tests {
                 delete_horizon: false,
                 partition_leader_epoch: 0,
                 producer_id,
-                producer_epoch: 0,
+                producer_epoch: epoch,
                 timestamp_type: TimestampType::Creation,
                 offset: offset + i as i64,
                 sequence: i as i32,
                 timestamp: 0,
                 key,
                 value,
-                headers: IndexMap::new(),
+                headers: if control {
+                    IndexMap::new()
+                } else {
+                    headers.clone()
+                },
             })
             .collect();
         let mut buf = BytesMut::new();
@@ -729,6 +838,116 @@ mod tests {
             committed.iter().map(|r| r.offset).collect::<Vec<_>>(),
             vec![2, 3, 6]
         );
+    }
+
+    fn outcome_of(batches: &[RawBatch], offset: i64) -> TransactionOutcome {
+        let mut tracker = OutcomeTracker::new(offset);
+        for batch in batches.iter().filter(|b| b.last_offset >= offset) {
+            if !tracker.visit(batch).unwrap() {
+                break;
+            }
+        }
+        tracker.outcome
+    }
+
+    fn resend_committed_in(batches: &[RawBatch], after: i64, marker: &str) -> bool {
+        let mut tracker = ResendTracker::new(marker);
+        for batch in batches.iter().filter(|b| b.info.min_offset > after) {
+            if !tracker.visit(batch).unwrap() {
+                break;
+            }
+        }
+        tracker.committed
+    }
+
+    fn data(offset: i64, producer: i64, epoch: i16, value: &'static str) -> Vec<u8> {
+        batch_of(
+            offset,
+            producer,
+            epoch,
+            true,
+            Content::Data(vec![value]),
+            None,
+        )
+    }
+
+    fn marker(offset: i64, producer: i64, epoch: i16, commit: bool) -> Vec<u8> {
+        batch_of(offset, producer, epoch, true, Content::Marker(commit), None)
+    }
+
+    #[test]
+    fn the_first_marker_of_the_producer_decides_and_a_later_commit_never_counts() {
+        use TransactionOutcome::*;
+        // Committed, with another producer's batches in between.
+        let committed = log(vec![
+            data(0, 7, 0, "a"),
+            data(1, 8, 0, "x"),
+            marker(2, 8, 0, false),
+            marker(3, 7, 0, true),
+        ]);
+        assert_eq!(outcome_of(&committed, 0), Committed);
+        assert_eq!(outcome_of(&committed, 1), Aborted);
+        // Fenced by a second process sharing the transactional id: its later commit of other
+        // data must not count for the aborted transaction.
+        let fenced = log(vec![
+            data(0, 7, 0, "zombie"),
+            marker(1, 7, 1, false),
+            data(2, 7, 1, "replacement"),
+            marker(3, 7, 1, true),
+        ]);
+        assert_eq!(outcome_of(&fenced, 0), Aborted);
+        assert_eq!(outcome_of(&fenced, 2), Committed);
+        // A broker that writes no marker when it fences: the newer epoch's data tells.
+        let unmarked = log(vec![
+            data(0, 7, 0, "zombie"),
+            data(1, 7, 1, "replacement"),
+            marker(2, 7, 1, true),
+        ]);
+        assert_eq!(outcome_of(&unmarked, 0), Aborted);
+        // Several batches of one transaction, then no marker yet.
+        let open = log(vec![data(0, 7, 0, "a"), data(1, 7, 0, "b")]);
+        assert_eq!(outcome_of(&open, 0), Open);
+        assert_eq!(outcome_of(&log(vec![marker(5, 7, 0, true)]), 3), Unknown);
+    }
+
+    #[test]
+    fn a_committed_resend_is_found_by_its_header_and_an_aborted_one_is_not() {
+        let resent = |offset, epoch, commit| {
+            vec![
+                batch_of(
+                    offset,
+                    7,
+                    epoch,
+                    true,
+                    Content::Data(vec!["a"]),
+                    Some((RESEND_HEADER, "t/0/0")),
+                ),
+                marker(offset + 1, 7, epoch, commit),
+            ]
+        };
+        let mut parts = vec![data(0, 7, 0, "a"), marker(1, 7, 1, false)];
+        parts.extend(resent(2, 1, false));
+        let aborted_once = log(parts.clone());
+        assert!(!resend_committed_in(&aborted_once, 0, "t/0/0"));
+        parts.extend(resent(4, 2, true));
+        let committed_second_time = log(parts);
+        assert!(resend_committed_in(&committed_second_time, 0, "t/0/0"));
+        assert!(!resend_committed_in(&committed_second_time, 0, "t/0/9"));
+        // Another producer's commit does not confirm a re-send it did not write.
+        let other = log(vec![
+            data(0, 7, 0, "a"),
+            marker(1, 7, 1, false),
+            batch_of(
+                2,
+                7,
+                1,
+                true,
+                Content::Data(vec!["a"]),
+                Some((RESEND_HEADER, "t/0/0")),
+            ),
+            marker(3, 9, 0, true),
+        ]);
+        assert!(!resend_committed_in(&other, 0, "t/0/0"));
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct WordCountOptions {
     pub before_commit: Option<crate::sink::BeforeCommitHook>,
     /// How long the sink's flush, commit and fencing calls may take.
     pub operation_timeout: Duration,
+    /// A second copy of every checkpoint file here (task-local recovery).
+    pub local_recovery: Option<PathBuf>,
 }
 
 impl WordCountOptions {
@@ -70,6 +72,7 @@ impl WordCountOptions {
             rate: None,
             before_commit: None,
             operation_timeout: Duration::from_secs(60),
+            local_recovery: None,
         }
     }
 }
@@ -80,15 +83,17 @@ pub const JOB_NAME: &str = "kafka-word-count";
 /// Builds the pipeline in a new environment.
 pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, KafkaError> {
     let storage = CheckpointStorageConfig::directory_or_memory(options.checkpoint_dir.clone());
+    let mut checkpointing = CheckpointConfig::default()
+        .with_interval(options.checkpoint_interval)
+        .with_retained(2)
+        .with_retention_on_cancel(RetentionOnCancel::Retain)
+        .with_storage(storage);
+    if let Some(dir) = &options.local_recovery {
+        checkpointing = checkpointing.with_local_recovery(dir);
+    }
     let mut config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(options.checkpoint_interval)
-                .with_retained(2)
-                .with_retention_on_cancel(RetentionOnCancel::Retain)
-                .with_storage(storage),
-        )
+        .with_checkpointing(checkpointing)
         .with_restart_strategy(RestartStrategyConfig::FixedDelay {
             attempts: 3,
             delay: Duration::from_millis(200),

@@ -49,6 +49,8 @@ pub struct PostgresTransactionalSink<T> {
     batch: RowBatch,
     /// The gid whose database transaction is open on the session (`BEGIN` was sent).
     open: Option<String>,
+    /// `{epoch}-{start time}` of this process's run: every gid it prepares says which
+    /// process (epoch) wrote it.
     run: String,
     sequence: u64,
     /// Set once recovery is over: commits before that settle restored transactions.
@@ -106,7 +108,7 @@ impl<T> PostgresTransactionalSink<T> {
     }
 
     /// Writes the remaining rows and prepares the transaction, naming it after the
-    /// checkpoint when there is one: `{prefix}:{uid}:{subtask}:{checkpoint}-{run}`.
+    /// checkpoint when there is one: `{prefix}:{uid}:{subtask}:{checkpoint}-{epoch}-{start}`.
     fn prepare(
         &mut self,
         transaction: &mut PostgresTransaction,
@@ -120,6 +122,7 @@ impl<T> PostgresTransactionalSink<T> {
         self.check_session()?;
         if let Some(checkpoint_id) = checkpoint_id {
             if let Some((base, _)) = transaction.gid.rsplit_once(':') {
+                // The run carries the epoch: `{checkpoint}-{epoch}-{start}`.
                 transaction.gid = format!("{base}:{checkpoint_id}-{}", self.run);
                 self.open = Some(transaction.gid.clone());
             }
@@ -156,16 +159,25 @@ impl<T> PostgresTransactionalSink<T> {
         Ok(())
     }
 
-    /// Runs `COMMIT PREPARED` or `ROLLBACK PREPARED` for `gid`; a transaction that no
-    /// longer exists was finished already (by an earlier attempt, or another subtask).
+    /// Runs `COMMIT PREPARED` or `ROLLBACK PREPARED` for `gid`. During recovery a
+    /// transaction that no longer exists was finished already (by an earlier attempt, or
+    /// another subtask after a rescale). Afterwards, a transaction of this run's own that is
+    /// gone before its commit was settled by someone else — another process that took the
+    /// job over while this one stalled — so this one must not go on as if it committed.
     fn finish_prepared(&mut self, verb: &str, gid: &str) -> Result<(), PostgresError> {
         let table = self.table().to_string();
+        let recovering = !self.started;
         let client = connected(&self.settings, &mut self.control)?;
         match client.batch_execute(&format!("{verb} PREPARED {}", quote_literal(gid))) {
             Ok(()) => Ok(()),
-            Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) && (recovering || verb != "COMMIT") => {
                 tracing::debug!(gid, verb, "prepared transaction already finished");
                 Ok(())
+            }
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
+                Err(PostgresError::Config(format!(
+                    "prepared transaction {gid} on {table} is gone before this process committed it: another process settled it (this one must have lost its job); nothing more is committed"
+                )))
             }
             Err(e) => Err(PostgresError::database(
                 format!("{verb} PREPARED {gid}"),
@@ -229,10 +241,11 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
             );
             self.finish_prepared("ROLLBACK", &gid)?;
         }
-        self.run = SystemTime::now()
+        let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros().to_string())
             .unwrap_or_default();
+        self.run = format!("{}-{start}", context.fencing_token().epoch());
         self.started = true;
         Ok(())
     }

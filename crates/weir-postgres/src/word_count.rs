@@ -84,6 +84,8 @@ pub struct WordCountOptions {
     pub fail_after: Option<u64>,
     /// `application_name` of the sink's sessions.
     pub application_name: String,
+    /// A second copy of every checkpoint file here (task-local recovery).
+    pub local_recovery: Option<PathBuf>,
 }
 
 impl WordCountOptions {
@@ -106,6 +108,7 @@ impl WordCountOptions {
             before_commit: None,
             fail_after: None,
             application_name: "weir-sink".into(),
+            local_recovery: None,
         }
     }
 }
@@ -229,15 +232,17 @@ fn report(mut problems: Vec<String>) -> Result<(), String> {
 /// Builds the pipeline in a new environment.
 pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, PostgresError> {
     let storage = CheckpointStorageConfig::directory_or_memory(options.checkpoint_dir.clone());
+    let mut checkpointing = CheckpointConfig::default()
+        .with_interval(options.checkpoint_interval)
+        .with_retained(2)
+        .with_retention_on_cancel(RetentionOnCancel::Retain)
+        .with_storage(storage);
+    if let Some(dir) = &options.local_recovery {
+        checkpointing = checkpointing.with_local_recovery(dir);
+    }
     let config = ExecutionConfig::default()
         .with_parallelism(options.parallelism)
-        .with_checkpointing(
-            CheckpointConfig::default()
-                .with_interval(options.checkpoint_interval)
-                .with_retained(2)
-                .with_retention_on_cancel(RetentionOnCancel::Retain)
-                .with_storage(storage),
-        )
+        .with_checkpointing(checkpointing)
         .with_restart_strategy(RestartStrategyConfig::FixedDelay {
             attempts: 5,
             delay: Duration::from_millis(200),

@@ -54,6 +54,10 @@ struct Args {
     /// Timeout of the sink's flush, commit and fencing calls, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     operation_timeout_ms: u64,
+    /// Keep no second copy of checkpoint files (by default they are copied to
+    /// <work-dir>/local-recovery).
+    #[arg(long)]
+    no_local_recovery: bool,
 }
 
 fn main() -> Result<()> {
@@ -66,9 +70,14 @@ fn main() -> Result<()> {
         .init();
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
-    if !args.resume && checkpoints.exists() {
-        std::fs::remove_dir_all(&checkpoints)
-            .with_context(|| format!("clearing {}", checkpoints.display()))?;
+    let local_recovery = args.work_dir.join("local-recovery");
+    if !args.resume {
+        for dir in [&checkpoints, &local_recovery] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("clearing {}", dir.display()))?;
+            }
+        }
     }
     let mut options = WordCountOptions::new(&args.bootstrap, &args.input, &args.output);
     options.guarantee = args.guarantee.parse::<DeliveryGuarantee>()?;
@@ -82,6 +91,7 @@ fn main() -> Result<()> {
     options.bounded = !args.unbounded;
     options.rate = (args.rate > 0.0).then_some(args.rate);
     options.operation_timeout = Duration::from_millis(args.operation_timeout_ms);
+    options.local_recovery = (!args.no_local_recovery).then_some(local_recovery);
     if args.kill_before_commit {
         options.before_commit = Some(Arc::new(|checkpoint_id, transactional_id| {
             eprintln!("kafka-count: killing myself before committing {transactional_id} (checkpoint {checkpoint_id})");

@@ -78,7 +78,6 @@ pub(crate) struct SinkSettings<T> {
     pub operation_timeout: Duration,
     pub before_commit: Option<BeforeCommitHook>,
     pub unknown_outcome: UnknownOutcome,
-    pub allow_resend_under_new_producer_id: bool,
 }
 
 /// Called with a checkpoint id and a transactional id right before that transaction commits.
@@ -105,7 +104,6 @@ impl<T: Send + 'static> KafkaSink<T> {
             operation_timeout: Duration::from_secs(60),
             before_commit: None,
             unknown_outcome: UnknownOutcome::Fail,
-            allow_resend_under_new_producer_id: false,
         }
     }
 }
@@ -121,7 +119,6 @@ pub struct KafkaSinkBuilder<T> {
     operation_timeout: Duration,
     before_commit: Option<BeforeCommitHook>,
     unknown_outcome: UnknownOutcome,
-    allow_resend_under_new_producer_id: bool,
 }
 
 impl<T: Send + 'static> KafkaSinkBuilder<T> {
@@ -129,13 +126,6 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
     /// (default: fail the job, naming it).
     pub fn on_unknown_transaction_outcome(mut self, policy: UnknownOutcome) -> Self {
         self.unknown_outcome = policy;
-        self
-    }
-    /// Lets recovery re-send an aborted transaction even though its transactional id got a
-    /// new producer id since (default: no, the job fails, because a second crash before the
-    /// next checkpoint would then duplicate the re-sent records).
-    pub fn allow_resend_under_new_producer_id(mut self, allow: bool) -> Self {
-        self.allow_resend_under_new_producer_id = allow;
         self
     }
     /// Calls `hook` with the checkpoint id and transactional id right before each commit:
@@ -240,7 +230,6 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
                 operation_timeout: self.operation_timeout,
                 before_commit: self.before_commit,
                 unknown_outcome: self.unknown_outcome,
-                allow_resend_under_new_producer_id: self.allow_resend_under_new_producer_id,
             }),
         })
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{
     BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
 };
@@ -107,7 +108,23 @@ impl TrackedProducer {
 
     /// Sends one record (asynchronously), waiting while librdkafka's queue is full.
     pub fn send(&self, record: &BufferedRecord, index: usize) -> Result<(), KafkaError> {
+        self.send_with_header(record, index, None)
+    }
+
+    /// Sends one record with one extra header.
+    pub fn send_with_header(
+        &self,
+        record: &BufferedRecord,
+        index: usize,
+        header: Option<(&str, &str)>,
+    ) -> Result<(), KafkaError> {
         let mut base = BaseRecord::with_opaque_to(&record.topic, index);
+        if let Some((key, value)) = header {
+            base = base.headers(OwnedHeaders::new().insert(Header {
+                key,
+                value: Some(value),
+            }));
+        }
         if record.partition >= 0 {
             base = base.partition(record.partition);
         }

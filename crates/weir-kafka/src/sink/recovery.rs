@@ -1,12 +1,13 @@
 //! Making sure a pending transaction of a completed checkpoint ends up committed: fence its
 //! transactional id, read its fate from the log, and send its records again if the broker
-//! aborted it.
+//! aborted it — unless an earlier recovery sent them again already and that re-send
+//! committed, which the re-sent records' [`RESEND_HEADER`] tells.
 
 use super::producer::{apply_deliveries, TrackedProducer};
 use super::transactions::PendingTransaction;
 use super::{SinkSettings, UnknownOutcome};
 use crate::error::KafkaError;
-use crate::log_reader::{LogReader, TransactionOutcome};
+use crate::log_reader::{LogReader, TransactionOutcome, RESEND_HEADER};
 
 /// A transactional producer for `id`, registered with the coordinator: this fences earlier
 /// producers with the same id and aborts the transaction they left open.
@@ -64,15 +65,22 @@ pub(crate) fn resolve<T>(
             Ok(())
         }
         TransactionOutcome::Aborted => {
+            let marker = resend_marker(&probe);
+            if log_reader.resend_committed(&probe.topic, probe.partition, probe.offset, &marker)? {
+                tracing::info!(
+                    checkpoint_id,
+                    transactional_id = producer.name(),
+                    "the transaction of a completed checkpoint was sent again and committed by an earlier recovery"
+                );
+                return Ok(());
+            }
             tracing::warn!(
                 checkpoint_id,
                 transactional_id = producer.name(),
                 records = pending.records.len(),
                 "the broker aborted the transaction of a completed checkpoint; sending its records again"
             );
-            let original =
-                log_reader.producer_id_at(&probe.topic, probe.partition, probe.offset)?;
-            resend(settings, log_reader, producer, pending, original)
+            resend(settings, producer, pending, &marker)
         }
         TransactionOutcome::Unknown => match settings.unknown_outcome {
             UnknownOutcome::Fail => Err(KafkaError::UnknownTransactionOutcome {
@@ -86,7 +94,7 @@ pub(crate) fn resolve<T>(
             }
             UnknownOutcome::Resend => {
                 tracing::warn!(checkpoint_id, transactional_id = producer.name(), "transaction's first record is gone from the log; sending its records again, as configured");
-                resend(settings, log_reader, producer, pending, None)
+                resend(settings, producer, pending, &resend_marker(&probe))
             }
         },
         TransactionOutcome::Open => Err(KafkaError::Protocol {
@@ -99,35 +107,26 @@ pub(crate) fn resolve<T>(
     }
 }
 
-/// Sends `pending`'s records again in a new transaction on `producer` and commits it. The
-/// re-sent records must carry the same producer id as the original ones (`original`), or a
-/// second crash would not recognize the re-send as committed and would send them once more;
-/// when the id changed (the transactional id expired, or its epochs ran out), the re-send is
-/// aborted and the job fails unless that risk was accepted in the configuration.
+/// The value of [`RESEND_HEADER`] on the records sent again for the transaction whose probe
+/// record is `probe`.
+fn resend_marker(probe: &super::transactions::ProbeRecord) -> String {
+    format!("{}/{}/{}", probe.topic, probe.partition, probe.offset)
+}
+
+/// Sends `pending`'s records again in a new transaction on `producer` and commits it. Every
+/// re-sent record carries [`RESEND_HEADER`] = `marker`, so that a recovery after another
+/// crash finds the re-send committed instead of sending the records a third time.
 fn resend<T>(
     settings: &SinkSettings<T>,
-    log_reader: &mut LogReader,
     producer: &TrackedProducer,
     pending: &mut PendingTransaction,
-    original: Option<i64>,
+    marker: &str,
 ) -> Result<(), KafkaError> {
     producer.begin_transaction()?;
     for (index, record) in pending.records.iter().enumerate() {
-        producer.send(record, index)?;
+        producer.send_with_header(record, index, Some((RESEND_HEADER, marker)))?;
     }
     let reports = producer.flush(settings.operation_timeout)?;
-    let probe = apply_deliveries(&mut pending.records, reports)?;
-    if let (Some(original), Some(probe)) = (original, &probe) {
-        let now = log_reader.producer_id_at(&probe.topic, probe.partition, probe.offset)?;
-        if now != Some(original) && !settings.allow_resend_under_new_producer_id {
-            let _ = producer.abort_transaction(settings.operation_timeout);
-            return Err(KafkaError::ProducerIdChanged {
-                transactional_id: producer.name().to_string(),
-                checkpoint_id: pending.checkpoint_id,
-                before: original,
-                after: now.unwrap_or(-1),
-            });
-        }
-    }
+    apply_deliveries(&mut pending.records, reports)?;
     producer.commit_transaction(settings.operation_timeout)
 }

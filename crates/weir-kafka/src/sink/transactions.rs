@@ -3,11 +3,12 @@
 //!
 //! Each sink subtask owns a small pool of transactional producers ("slots"), with ids
 //! `{prefix}-{operator uid}-{subtask}-{slot}`. A transaction runs on a slot from its first
-//! record until its checkpoint's commit is confirmed; the slot is not reused before that, so
-//! that every later COMMIT marker of the slot's producer id proves the transaction's data
-//! committed (see `LogReader::transaction_outcome`). After a restart the same ids come back,
-//! so initializing them fences the producers of the failed run and aborts what they left
-//! open.
+//! record until its checkpoint's commit is confirmed; the slot is not reused before that. A
+//! transaction's fate is the first marker of its producer id after its records (see
+//! `LogReader::transaction_outcome`); records sent again after an abort carry a header naming
+//! the original, so that the re-send is recognized after another crash. After a restart the
+//! same ids come back, so initializing them fences the producers of the failed run and aborts
+//! what they left open.
 
 use serde::{Deserialize, Serialize};
 

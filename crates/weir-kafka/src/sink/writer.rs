@@ -89,7 +89,7 @@ impl<T> KafkaSinkWriter<T> {
     }
 
     /// Commits the pending transactions of checkpoints up to `checkpoint_id`, oldest first.
-    fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), KafkaError> {
+    fn commit_up_to(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
         let Mode::ExactlyOnce(t) = &mut self.mode else {
             return Ok(());
         };
@@ -101,6 +101,9 @@ impl<T> KafkaSinkWriter<T> {
         {
             let mut p = t.pending.remove(0);
             let producer = pool_producer(&t.pool, p.slot)?;
+            // A process that lost its job commits nothing more: the new holder settles this
+            // transaction from its checkpoint.
+            self.context.fencing_token().check()?;
             if let Some(hook) = &self.settings.before_commit {
                 hook(p.checkpoint_id, producer.name());
             }
@@ -117,7 +120,8 @@ impl<T> KafkaSinkWriter<T> {
                     message: format!(
                         "committing the transaction of checkpoint {checkpoint_id} failed ({e}) while later transactions are pending; failing so that recovery settles them in order"
                     ),
-                });
+                }
+                .into());
             }
             tracing::warn!(checkpoint_id = p.checkpoint_id, error = %e, "commit failed; checking the transaction's fate");
             // The open transaction's records go back in after the re-sent ones.
@@ -163,6 +167,9 @@ impl<T> KafkaSinkWriter<T> {
 
 impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        // Fencing the transactional ids below would fence the job's current holder if this
+        // process lost the job while it stalled: check first.
+        self.context.fencing_token().check()?;
         // Restored transactions are settled whatever the guarantee is now: they belong to
         // completed checkpoints.
         let restored: Vec<SubtaskTransactions> =
@@ -337,6 +344,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                     let producer = pool_producer(&t.pool, open.slot)?;
                     let reports = producer.flush(timeout)?;
                     apply_deliveries(&mut open.records, reports)?;
+                    self.context.fencing_token().check()?;
                     producer.commit_transaction(timeout)?;
                 }
                 Ok(())
@@ -374,7 +382,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
-        Ok(self.commit_up_to(checkpoint_id)?)
+        self.commit_up_to(checkpoint_id)
     }
 
     fn close(&mut self) -> Result<(), BoxError> {

@@ -52,6 +52,10 @@ struct Args {
     /// checkpoint completed).
     #[arg(long)]
     kill_before_commit: bool,
+    /// Keep no second copy of checkpoint files (by default they are copied to
+    /// <work-dir>/local-recovery).
+    #[arg(long)]
+    no_local_recovery: bool,
 }
 
 fn main() -> Result<()> {
@@ -64,9 +68,14 @@ fn main() -> Result<()> {
         .init();
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
-    if !args.resume && checkpoints.exists() {
-        std::fs::remove_dir_all(&checkpoints)
-            .with_context(|| format!("clearing {}", checkpoints.display()))?;
+    let local_recovery = args.work_dir.join("local-recovery");
+    if !args.resume {
+        for dir in [&checkpoints, &local_recovery] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("clearing {}", dir.display()))?;
+            }
+        }
     }
     let delivery: Delivery = args.delivery.parse()?;
     word_count::create_table(
@@ -83,6 +92,7 @@ fn main() -> Result<()> {
     options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
     options.checkpoint_dir = Some(checkpoints);
     options.resume = args.resume;
+    options.local_recovery = (!args.no_local_recovery).then_some(local_recovery);
     if args.kill_before_commit {
         options.before_commit = Some(Arc::new(|gid| {
             eprintln!("pg-count: killing myself before COMMIT PREPARED '{gid}'");

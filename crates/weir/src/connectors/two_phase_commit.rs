@@ -187,6 +187,9 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
             .checkpoint_id()
             .ok_or("snapshot without a checkpoint id")?;
         if let Some(mut transaction) = self.current.take() {
+            // A process that lost its job prepares nothing more: the new holder would never
+            // hear of the transaction, which would linger in the external system.
+            self.context.fencing_token().check()?;
             self.sink
                 .pre_commit_for_checkpoint(&mut transaction, checkpoint_id)?;
             self.pending.push(Pending {
