@@ -119,13 +119,28 @@ fn report(
     Ok(median)
 }
 
+/// A checkpoint's figures: end-to-end, the task thread's synchronous part, the asynchronous
+/// write, and the state size.
+struct CheckpointFigures {
+    end_to_end: Duration,
+    sync: Duration,
+    write: Duration,
+    bytes: u64,
+}
+
 /// A keyed count over `keys` distinct keys, checkpointed every 500 ms, to measure how long
-/// checkpoints of that much state take and how long they block the task thread.
-fn large_state_checkpoint(keys: u64) -> Result<()> {
+/// checkpoints of that much state take and how long they block the task thread — with or
+/// without a local-recovery copy of every checkpoint file. Returns the figures of the
+/// largest checkpoint.
+fn large_state_checkpoint(keys: u64, local_copy: bool) -> Result<CheckpointFigures> {
     let dir = ScratchDir::new("state")?;
+    let mut checkpoint = checkpointing(&dir.0.join("primary"), Duration::from_millis(500));
+    if local_copy {
+        checkpoint = checkpoint.with_local_recovery(dir.0.join("copy"));
+    }
     let config = ExecutionConfig::default()
         .with_parallelism(2)
-        .with_checkpointing(checkpointing(&dir.0, Duration::from_millis(500)).with_retained(1));
+        .with_checkpointing(checkpoint.with_retained(1));
     let env = StreamExecutionEnvironment::new(config)?;
     // Every key first, then the keys again: state reaches its full size early.
     env.generate(keys * 6, move |i| i % keys)
@@ -140,12 +155,48 @@ fn large_state_checkpoint(keys: u64) -> Result<()> {
         .filter(|s| s.status == CheckpointStatus::Completed)
         .max_by_key(|s| s.state_size)
         .context("no checkpoint completed")?;
+    Ok(CheckpointFigures {
+        end_to_end: largest.duration.unwrap_or_default(),
+        sync: largest.max_sync_duration(),
+        write: largest.max_async_duration(),
+        bytes: largest.state_size,
+    })
+}
+
+/// Checkpoints of `keys` keys with and without a local copy of every file, alternating so
+/// that drift in the machine's load hits both alike; prints the medians and what the copy
+/// costs.
+fn local_copy_cost(keys: u64, runs: usize) -> Result<()> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut plain, mut copied) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        plain.push(large_state_checkpoint(keys, false)?);
+        copied.push(large_state_checkpoint(keys, true)?);
+    }
+    let median = |v: &mut Vec<CheckpointFigures>, f: fn(&CheckpointFigures) -> Duration| {
+        let mut values: Vec<Duration> = v.iter().map(f).collect();
+        values.sort();
+        values[values.len() / 2]
+    };
+    let bytes = plain.first().map_or(0, |f| f.bytes);
+    for (label, figures) in [("no local copy", &mut plain), ("local copy", &mut copied)] {
+        println!(
+            "checkpoint of {keys} keys ({:.1} MB), {label:<13}: end-to-end median {:.1} ms, task blocked (sync) median {:.3} ms, async write median {:.1} ms",
+            bytes as f64 / 1e6,
+            ms(median(figures, |f| f.end_to_end)),
+            ms(median(figures, |f| f.sync)),
+            ms(median(figures, |f| f.write)),
+        );
+    }
+    let (p, c) = (
+        median(&mut plain, |f| f.end_to_end),
+        median(&mut copied, |f| f.end_to_end),
+    );
     println!(
-        "checkpoint of {keys} keys ({:.1} MB): end-to-end {:.1} ms, task blocked (sync) max {:.3} ms, async max {:.1} ms",
-        largest.state_size as f64 / 1e6,
-        largest.duration.unwrap_or_default().as_secs_f64() * 1e3,
-        largest.max_sync_duration().as_secs_f64() * 1e3,
-        largest.max_async_duration().as_secs_f64() * 1e3,
+        "the local copy costs {:+.1} ms per checkpoint of {:.1} MB ({:+.0}% end to end), over {runs} runs each",
+        ms(c) - ms(p),
+        bytes as f64 / 1e6,
+        (ms(c) / ms(p).max(1e-9) - 1.0) * 100.0
     );
     Ok(())
 }
@@ -296,7 +347,7 @@ fn main() -> Result<()> {
         );
     }
     if wanted("large-state") {
-        large_state_checkpoint(args.state_keys)?;
+        local_copy_cost(args.state_keys, runs)?;
     }
     if wanted("recovery") {
         recovery(args.state_keys)?;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{describe, small_data, Census};
 use weir::checkpoint::job_record::{JobRecord, RecordedCheckpoint};
-use weir_testkit::crash_points::{self, absolute, inject, read_log, Fault};
-use weir_testkit::{seeds, wait_bounded, Rng};
+use weir_testkit::crash_points::{self, absolute};
+use weir_testkit::{seeds, wait_bounded, wait_with_stderr, Rng};
 
 const SINKS: [&str; 2] = ["2pc", "wal"];
 
@@ -270,10 +270,7 @@ fn first_commit_operation(census: &Census) -> u64 {
     };
     std::fs::create_dir_all(&probe.work).unwrap();
     let log = probe.work.with_file_name("probe.log");
-    let mut run = probe.command(false, 2, &[]);
-    inject(&mut run, &probe.work, Fault::None, Some(&log));
-    assert!(run.output().unwrap().status.success());
-    read_log(&log)
+    crash_points::count_operations(probe.command(false, 2, &[]), &probe.work, &log)
         .into_iter()
         .find(|o| {
             (o.op == "rename" && o.path.contains(".pending -> ") && o.path.contains("/output/"))
@@ -286,14 +283,7 @@ fn first_commit_operation(census: &Census) -> u64 {
 /// Starts the job and stops it (SIGSTOP) right before its `point`-th file operation.
 fn stall_at(census: &Census, resume: bool, point: u64) -> Child {
     std::fs::create_dir_all(&census.work).unwrap();
-    let mut command = census.command(resume, 2, &[]);
-    inject(&mut command, &census.work, Fault::StopAt(point), None);
-    let mut child = command.spawn().unwrap();
-    assert!(
-        crash_points::wait_stopped(&mut child, Duration::from_secs(60)),
-        "the job did not reach operation {point}"
-    );
-    child
+    crash_points::stall_at(census.command(resume, 2, &[]), &census.work, point)
 }
 
 #[test]
@@ -384,15 +374,7 @@ fn a_process_that_lost_its_job_commits_nothing_more() {
         weir_examples::census::verify(&census.output(), &census.data)
             .unwrap_or_else(|e| panic!("{sink}: {e:#}"));
         crash_points::resume(&stalled);
-        let output = {
-            let status = wait_bounded(&mut stalled, Duration::from_secs(120), "stalled job");
-            let mut stderr = String::new();
-            if let Some(mut pipe) = stalled.stderr.take() {
-                use std::io::Read;
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            (status, stderr)
-        };
+        let output = wait_with_stderr(&mut stalled, Duration::from_secs(120), "stalled job");
         assert!(
             !output.0.success() && output.0.signal().is_none(),
             "{sink}: the old process went on: {:?}",

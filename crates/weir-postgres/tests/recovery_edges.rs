@@ -1,21 +1,21 @@
 //! The edges of recovery for generated words → count → PostgreSQL (exactly-once append, by
-//! two-phase commit), with the reference pipeline as a real process: a crash while a
-//! finished job cleans up, a deleted checkpoint, and two processes on one job — a stalled one
-//! that keeps its job, and one that lost it while it stalled and must commit nothing more.
-//! The table must hold exactly the expected rows and no prepared transaction may be left.
+//! two-phase commit), with the reference pipeline as a real process (the scenarios are
+//! `weir_testkit::recovery_scenarios`): a crash while a finished job cleans up, a deleted
+//! checkpoint, and two processes on one job — a stalled one that keeps its job, and one that
+//! lost it while it stalled and must commit nothing more. The table must hold exactly the
+//! expected rows and no prepared transaction may be left.
 
 mod common;
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
+use tempfile::TempDir;
 use weir::checkpoint::job_record::JobRecord;
 use weir_postgres::word_count;
 use weir_postgres::PostgresConnection;
-use weir_testkit::crash_points::{self, absolute, inject, read_log, Fault, FileOperation};
-use weir_testkit::{kill_after_checkpoint, seeds, wait_bounded};
+use weir_testkit::crash_points::absolute;
+use weir_testkit::recovery_scenarios::{self, ReferenceJob};
 
 const RECORDS: u64 = 8_000;
 const WORDS: u64 = 200;
@@ -23,43 +23,19 @@ const WORDS: u64 = 200;
 struct Job {
     table: String,
     work: PathBuf,
+    _dir: TempDir,
 }
 
 impl Job {
-    fn new(dir: &Path) -> Self {
-        let work = absolute(dir).join("work");
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let work = absolute(dir.path()).join("work");
         std::fs::create_dir_all(&work).unwrap();
         Self {
             table: common::unique("edge_counts"),
             work,
+            _dir: dir,
         }
-    }
-
-    fn command(&self, resume: bool, extra: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_weir-pg-count"));
-        command
-            .args(["--url", &common::url(), "--table", &self.table])
-            .args(["--delivery", "exactly-once-append"])
-            .args(["--records", &RECORDS.to_string()])
-            .args(["--words", &WORDS.to_string()])
-            .args(["--rate", "8000", "--checkpoint-interval-ms", "150"])
-            .arg("--work-dir")
-            .arg(&self.work)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if resume {
-            command.arg("--resume");
-        }
-        command
-    }
-
-    fn checkpoints(&self) -> PathBuf {
-        self.work.join("checkpoints")
-    }
-
-    fn job_dir(&self) -> PathBuf {
-        self.checkpoints().join(word_count::JOB_NAME)
     }
 
     fn rows(&self) -> Vec<word_count::WordCount> {
@@ -79,6 +55,41 @@ impl Job {
             .unwrap()
             .get(0)
     }
+}
+
+impl ReferenceJob for Job {
+    fn command(&self, resume: bool, extra: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir-pg-count"));
+        command
+            .args(["--url", &common::url(), "--table", &self.table])
+            .args(["--delivery", "exactly-once-append"])
+            .args(["--records", &RECORDS.to_string()])
+            .args(["--words", &WORDS.to_string()])
+            .args(["--rate", "8000", "--checkpoint-interval-ms", "150"])
+            .arg("--work-dir")
+            .arg(&self.work)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if resume {
+            command.arg("--resume");
+        }
+        command
+    }
+
+    fn work(&self) -> &Path {
+        &self.work
+    }
+
+    fn job_dir(&self) -> PathBuf {
+        self.work.join("checkpoints").join(word_count::JOB_NAME)
+    }
+
+    fn newest_restore_point(&self) -> PathBuf {
+        let bytes = std::fs::read(self.job_dir().join("_job_record")).expect("job record");
+        let record = JobRecord::decode(&bytes).expect("readable record");
+        PathBuf::from(&record.completed.last().expect("a restore point").location)
+    }
 
     fn verify_exact(&self) -> Result<(), String> {
         word_count::verify_running_counts(
@@ -91,8 +102,6 @@ impl Job {
         }
     }
 
-    /// Nothing committed twice (a refused recovery leaves the table incomplete, never
-    /// duplicated).
     fn verify_no_duplicates(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for row in self.rows() {
@@ -102,165 +111,29 @@ impl Job {
         }
         Ok(())
     }
-
-    fn recover(&self) -> Result<(), String> {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let output = self.command(true, &[]).output().unwrap();
-            if output.status.success() {
-                return Ok(());
-            }
-            last = String::from_utf8_lossy(&output.stderr).into_owned();
-        }
-        Err(format!("recovery never finished: {last}"))
-    }
-
-    fn count_operations(&self) -> Vec<FileOperation> {
-        let log = self.work.with_file_name("ops.log");
-        let mut run = self.command(false, &[]);
-        inject(&mut run, &self.work, Fault::None, Some(&log));
-        let output = run.output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        read_log(&log)
-    }
-}
-
-fn newest_location(job: &Job) -> PathBuf {
-    let bytes = std::fs::read(job.job_dir().join("_job_record")).expect("job record");
-    let record = JobRecord::decode(&bytes).expect("readable record");
-    PathBuf::from(&record.completed.last().expect("a restore point").location)
 }
 
 #[test]
 fn a_crash_while_a_finished_job_cleans_up_does_not_run_it_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let probe = Job::new(&dir.path().join("probe"));
-    let ops = probe.count_operations();
-    probe.verify_exact().expect("the undisturbed run");
-    let from = ops
-        .iter()
-        .rev()
-        .find(|o| o.op == "mkdir" && o.path.contains("/checkpoints/pg-word-count/chk-"))
-        .map_or(1, |o| o.n);
-    let seed = seeds(1)[0];
-    for point in crash_points::points(from..=ops.len() as u64, 4, seed) {
-        let trial = tempfile::tempdir().unwrap();
-        let job = Job::new(trial.path());
-        let mut run = job.command(false, &[]);
-        inject(&mut run, &job.work, Fault::KillAt(point), None);
-        run.output().unwrap();
-        job.recover()
-            .unwrap_or_else(|e| panic!("crash point {point} (seed {seed}): {e}"));
-        job.verify_exact()
-            .unwrap_or_else(|e| panic!("crash point {point} (seed {seed}): {e}"));
-    }
+    recovery_scenarios::crash_while_cleaning_up(&Job::new(), Job::new, 4);
 }
 
 #[test]
 fn a_deleted_newest_checkpoint_is_read_from_its_copy_or_refused() {
-    for copy in [true, false] {
-        let dir = tempfile::tempdir().unwrap();
-        let job = Job::new(dir.path());
-        let extra: &[&str] = if copy { &[] } else { &["--no-local-recovery"] };
-        let mut child = job.command(false, extra).spawn().unwrap();
-        kill_after_checkpoint(
-            &mut child,
-            &job.checkpoints(),
-            word_count::JOB_NAME,
-            2,
-            Duration::ZERO,
-            Duration::from_secs(30),
-        );
-        std::fs::remove_file(newest_location(&job).join("_metadata")).unwrap();
-        let output = job.command(true, extra).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if copy {
-            assert!(output.status.success(), "{stderr}");
-            job.verify_exact().unwrap();
-        } else {
-            assert!(!output.status.success(), "resumed past committed output");
-            assert!(
-                stderr.contains("cannot restore checkpoint")
-                    && stderr.contains("_metadata")
-                    && stderr.contains("recovery.fallback-on-corrupt-checkpoint"),
-                "{stderr}"
-            );
-            job.verify_no_duplicates().unwrap();
-        }
-    }
-}
-
-/// Starts the job and stops it (SIGSTOP) right after its third checkpoint entered the job
-/// record: its transactions are prepared, none of this checkpoint's committed yet.
-fn stall_after_a_checkpoint(job: &Job, probe: &Job) -> Child {
-    let point = probe
-        .count_operations()
-        .iter()
-        .filter(|o| o.op == "rename" && o.path.ends_with("/checkpoints/pg-word-count/_job_record"))
-        .nth(3)
-        .map(|o| o.n + 1)
-        .expect("the run recorded checkpoints");
-    let mut command = job.command(false, &[]);
-    inject(&mut command, &job.work, Fault::StopAt(point), None);
-    let mut child = command.spawn().unwrap();
-    assert!(
-        crash_points::wait_stopped(&mut child, Duration::from_secs(60)),
-        "the job did not reach operation {point}"
-    );
-    child
+    recovery_scenarios::deleted_newest_metadata(Job::new, 2, "--no-local-recovery");
 }
 
 #[test]
 fn a_stalled_job_keeps_its_job_and_a_second_process_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let probe = Job::new(&dir.path().join("probe"));
-    let job = Job::new(&dir.path().join("job"));
-    let mut stalled = stall_after_a_checkpoint(&job, &probe);
-    let second = job.command(true, &[]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(!second.status.success(), "a second process ran");
-    assert!(
-        stderr.contains("locked by another process")
-            && stderr.contains(&format!("pid {}", stalled.id())),
-        "{stderr}"
-    );
-    crash_points::resume(&stalled);
-    let status = wait_bounded(&mut stalled, Duration::from_secs(120), "stalled job");
-    assert!(status.success(), "the stalled job did not finish");
-    job.verify_exact().unwrap();
+    recovery_scenarios::stalled_process_keeps_its_job(&Job::new(), &Job::new());
 }
 
 #[test]
 fn a_job_that_lost_its_lock_while_stalled_commits_nothing_more() {
-    let dir = tempfile::tempdir().unwrap();
-    let probe = Job::new(&dir.path().join("probe"));
-    let job = Job::new(&dir.path().join("job"));
-    let mut stalled = stall_after_a_checkpoint(&job, &probe);
-    // The lock is lost (as a lease that expired); another process takes over and finishes:
-    // it commits the stalled one's prepared transactions its checkpoint names.
-    std::fs::remove_file(job.job_dir().join("_lock")).unwrap();
-    job.recover().unwrap();
-    job.verify_exact().unwrap();
-    crash_points::resume(&stalled);
-    let status = wait_bounded(&mut stalled, Duration::from_secs(120), "stalled job");
-    let mut stderr = String::new();
-    if let Some(mut pipe) = stalled.stderr.take() {
-        use std::io::Read;
-        let _ = pipe.read_to_string(&mut stderr);
-    }
-    assert!(
-        !status.success() && status.signal().is_none(),
-        "the old process went on: {status:?}"
+    // Its first COMMIT PREPARED after waking may find its transaction settled already.
+    recovery_scenarios::process_that_lost_its_job_commits_nothing(
+        &Job::new(),
+        &Job::new(),
+        &["is gone before this process committed it"],
     );
-    assert!(
-        stderr.contains("lost the job to epoch")
-            || stderr.contains("is gone before this process committed it"),
-        "{stderr}"
-    );
-    job.verify_exact()
-        .unwrap_or_else(|e| panic!("after the old process woke up: {e}"));
 }

@@ -116,6 +116,31 @@ pub fn points(window: std::ops::RangeInclusive<u64>, sample: usize, seed: u64) -
     chosen.into_iter().collect()
 }
 
+/// Runs `command` to its end with the injector counting its operations under `dir` into
+/// `log` (panicking if it fails), and returns them: a counting run, to choose crash points.
+pub fn count_operations(mut command: Command, dir: &Path, log: &Path) -> Vec<FileOperation> {
+    inject(&mut command, dir, Fault::None, Some(log));
+    let output = command.output().expect("cannot start the counting run");
+    assert!(
+        output.status.success(),
+        "the counting run failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    read_log(log)
+}
+
+/// Starts `command` and stops it (SIGSTOP) right before its `point`-th operation under `dir`;
+/// panics if it ends or does not get there within a minute.
+pub fn stall_at(mut command: Command, dir: &Path, point: u64) -> Child {
+    inject(&mut command, dir, Fault::StopAt(point), None);
+    let mut child = command.spawn().expect("cannot start the process to stall");
+    assert!(
+        wait_stopped(&mut child, Duration::from_secs(60)),
+        "the process did not reach operation {point}"
+    );
+    child
+}
+
 /// Whether `child` is stopped (SIGSTOP), per `/proc`.
 pub fn is_stopped(child: &Child) -> bool {
     std::fs::read_to_string(format!("/proc/{}/stat", child.id()))

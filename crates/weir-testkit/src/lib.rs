@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod crash_points;
+pub mod recovery_scenarios;
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};
@@ -53,6 +54,45 @@ pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> ExitStatu
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for `child` (see [`wait_bounded`]) and returns its status and what it wrote to its
+/// piped standard error.
+pub fn wait_with_stderr(child: &mut Child, limit: Duration, what: &str) -> (ExitStatus, String) {
+    // Read on a thread, so that a chatty child never blocks on a full pipe.
+    let reader = child.stderr.take().map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+            text
+        })
+    });
+    let status = wait_bounded(child, limit, what);
+    let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    (status, stderr)
+}
+
+/// Runs the command `make` gives until one run succeeds, at most `attempts` times; the last
+/// run's standard error when none did.
+pub fn run_until_success(
+    attempts: usize,
+    mut make: impl FnMut() -> std::process::Command,
+) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..attempts {
+        let output = make()
+            .output()
+            .map_err(|e| format!("cannot start the process: {e}"))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        last = format!(
+            "{}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Err(format!("no run of {attempts} succeeded; the last: {last}"))
 }
 
 /// Kills `child` with SIGKILL after `delay`, unless it ends before.

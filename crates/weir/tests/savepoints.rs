@@ -185,3 +185,58 @@ fn savepoint_without_checkpoint_storage_is_refused() {
     );
     client.cancel().unwrap();
 }
+
+#[test]
+fn restoring_a_savepoint_older_than_committed_output_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, _) = CommittingSink::<(u64, u64)>::new();
+    let env = StreamExecutionEnvironment::new(config(2, dir.path(), None)).unwrap();
+    build(&env, sink, false);
+    let client = env.execute_async("older savepoint").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // A savepoint commits nothing; the checkpoints after it do.
+    let savepoint = client.trigger_savepoint().unwrap();
+    let id: u64 = savepoint.rsplit('-').next().unwrap().parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !client.checkpoint_history().unwrap().recent.iter().any(|s| {
+        s.id > id
+            && s.kind == weir::runtime::stream_element::SnapshotType::Checkpoint
+            && s.status == weir::checkpoint::stats::CheckpointStatus::Completed
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint after the savepoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    client.cancel().unwrap();
+
+    let build_restored = |config: ExecutionConfig| {
+        let env = StreamExecutionEnvironment::new(config).unwrap();
+        let (sink, _) = CommittingSink::<(u64, u64)>::new();
+        build(&env, sink, false);
+        env.execute("older savepoint")
+    };
+    let err = build_restored(config(2, dir.path(), Some(&savepoint))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WeirError::Recovery(weir::RecoveryError::OlderThanCommitted { .. })
+        ),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("it is checkpoint {id}"))
+            && text.contains("a second time")
+            && text.contains("recovery.fallback-on-corrupt-checkpoint"),
+        "{text}"
+    );
+    // Asked for, it restores (and would duplicate what those checkpoints committed).
+    let mut allowed = config(2, dir.path(), Some(&savepoint));
+    allowed.checkpoint = allowed
+        .checkpoint
+        .with_corrupt_checkpoint_policy(weir::CorruptCheckpointPolicy::AllowDuplicates);
+    let result = build_restored(allowed).unwrap();
+    assert_eq!(result.restored_from, vec![id]);
+}

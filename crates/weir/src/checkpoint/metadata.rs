@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::checksummed;
 use crate::runtime::stream_element::SnapshotType;
 
 /// File name of the metadata inside a checkpoint location.
@@ -143,45 +144,19 @@ impl CheckpointMetadata {
 
     /// Encodes as `MAGIC | crc32 | length | postcard payload`.
     pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
-        let payload = postcard::to_allocvec(self)?;
-        let mut out = Vec::with_capacity(payload.len() + 20);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&payload);
-        Ok(out)
+        checksummed::encode(MAGIC, self)
     }
 
     /// Decodes and verifies; the error says what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<CheckpointMetadata, String> {
-        if bytes.len() < 20 {
-            return Err(format!("truncated: {} bytes, header needs 20", bytes.len()));
-        }
-        if &bytes[..8] == OLD_MAGIC {
+        if bytes.starts_with(OLD_MAGIC) {
             return Err(
                 "written by an older Weir (format 1, without epochs); restore it with the Weir \
                  version that wrote it"
                     .into(),
             );
         }
-        if &bytes[..8] != MAGIC {
-            return Err("not a Weir checkpoint metadata file (bad magic)".into());
-        }
-        let crc = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        let mut len_bytes = [0u8; 8];
-        len_bytes.copy_from_slice(&bytes[12..20]);
-        let len = u64::from_le_bytes(len_bytes);
-        let payload = &bytes[20..];
-        if payload.len() as u64 != len {
-            return Err(format!(
-                "truncated: payload is {} bytes, header says {len}",
-                payload.len()
-            ));
-        }
-        if crc32fast::hash(payload) != crc {
-            return Err("checksum mismatch".into());
-        }
-        postcard::from_bytes(payload).map_err(|e| format!("cannot decode: {e}"))
+        checksummed::decode(MAGIC, "Weir checkpoint metadata file", bytes)
     }
 }
 

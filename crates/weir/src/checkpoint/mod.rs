@@ -3,6 +3,7 @@
 //! the job's lock and epoch (fencing), and the recovery rules.
 
 pub mod barrier_handler;
+pub mod checksummed;
 pub mod completed_store;
 pub mod config;
 pub mod coordinator;
