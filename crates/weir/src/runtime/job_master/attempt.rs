@@ -438,8 +438,15 @@ impl JobMaster {
             self.abort_checkpoint(id, &format!("expired after {timeout:?}"), true, attempt);
         }
         if self.may_trigger_periodic(attempt) && self.coordinator.should_trigger(now) {
-            if let Err(e) = self.trigger(SnapshotType::Checkpoint, attempt) {
-                tracing::warn!(error = %e, "cannot trigger checkpoint");
+            match self.trigger(SnapshotType::Checkpoint, attempt) {
+                Ok(_) => {}
+                // Another process holds the job now: this one stops.
+                Err(WeirError::Fenced(fenced)) => self.fenced(fenced, attempt),
+                Err(e) => {
+                    let reason = format!("cannot trigger checkpoint: {e}");
+                    tracing::warn!("{reason}");
+                    self.check_tolerance(&reason, attempt);
+                }
             }
         }
     }

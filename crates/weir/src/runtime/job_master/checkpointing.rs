@@ -191,7 +191,11 @@ impl JobMaster {
 
     /// This process lost its job (or cannot tell): nothing more may be committed, so the
     /// attempt fails with the reason, and the restart loop stops if the loss is final.
-    fn fenced(&mut self, error: crate::checkpoint::fencing::FencedError, attempt: &mut Attempt) {
+    pub(super) fn fenced(
+        &mut self,
+        error: crate::checkpoint::fencing::FencedError,
+        attempt: &mut Attempt,
+    ) {
         if attempt.job_error.is_none() {
             attempt.job_error = Some(error.into());
         }
