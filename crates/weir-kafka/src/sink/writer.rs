@@ -129,6 +129,9 @@ impl<T> KafkaSinkWriter<T> {
                 let producer = pool_producer(&t.pool, open.slot)?;
                 producer.abort_transaction(self.settings.operation_timeout)?;
             }
+            // A failed commit is often the sign that another process took the job over:
+            // fencing the id again would fence the new holder's producer.
+            self.context.fencing_token().check()?;
             let id = transactional_id(&t.id_base, self.context.subtask_index(), p.slot);
             if let Some(slot) = t.pool.get_mut(p.slot as usize) {
                 *slot = None;

@@ -42,20 +42,26 @@ impl CompletedCheckpointStore {
             Ok(None) => PreviousRecord::None,
             Err(e) => PreviousRecord::Unreadable(e.to_string()),
         };
-        let (epoch, sequence, max_id) = match &previous {
-            PreviousRecord::Found(r) => (r.epoch + 1, r.sequence + 1, r.max_id),
-            _ => (1, 1, 0),
+        let (previous_epoch, sequence, max_id) = match &previous {
+            PreviousRecord::Found(r) => (r.epoch, r.sequence + 1, r.max_id),
+            _ => (0, 1, 0),
         };
+        // Above every epoch on record — the lock file names the last holder's even when the
+        // record is gone — so that epochs never repeat.
+        let epoch =
+            previous_epoch.max(lock.as_ref().and_then(JobLock::previous_epoch).unwrap_or(0)) + 1;
         let holder = holder_description(epoch);
+        let mut identity = None;
         if let Some(lock) = lock.as_mut() {
             lock.describe_holder(&holder)?;
+            identity = Some(lock.identity()?);
         }
         let mut record = JobRecord::new(job_name);
         record.epoch = epoch;
         record.sequence = sequence;
-        record.holder = holder;
         record.max_id = max_id.max(storage.max_id()?);
-        let fencing = FencingToken::new(job_name, epoch, storage.clone());
+        let fencing = FencingToken::new(job_name, epoch, &holder, storage.clone(), identity);
+        record.holder = holder;
         Ok((
             Self {
                 storage,
@@ -87,18 +93,58 @@ impl CompletedCheckpointStore {
         );
         self.record.status = RecordedStatus::Running;
         self.storage.write_job_record(&self.record)?;
-        // Leftovers of crashed runs: half-deleted and never-completed locations. Whatever
-        // the record names is kept, even without metadata: its local copy may have it.
+        self.remove_leftovers();
+        Ok(())
+    }
+
+    /// Takes a job that finished already: records this process as its holder (keeping the
+    /// finished status) and deletes what a crash during its clean-up left behind.
+    pub fn clean_up_finished(&mut self) -> Result<(), WeirError> {
+        self.record.status = RecordedStatus::Finished {
+            final_checkpoint: None,
+        };
+        if let Ok(Some(previous)) = self.storage.read_job_record() {
+            self.record.status = previous.status;
+            self.record.notified_through = previous.notified_through;
+        }
+        self.record.completed.clear();
+        self.storage.write_job_record(&self.record)?;
+        self.delete_checkpoints();
+        self.remove_leftovers();
+        Ok(())
+    }
+
+    /// Removes leftovers of crashed runs: half-deleted and never-completed locations (best
+    /// effort). Whatever the record names is kept, even without metadata: its local copy
+    /// may have it.
+    fn remove_leftovers(&self) {
         let keep: Vec<String> = self
             .record
             .completed
             .iter()
             .map(|c| c.location.clone())
             .collect();
-        for removed in self.storage.remove_leftovers(&keep)? {
-            tracing::info!(location = %removed, "removed what a crashed run left behind");
+        match self.storage.remove_leftovers(&keep) {
+            Ok(removed) => {
+                for location in removed {
+                    tracing::info!(%location, "removed what a crashed run left behind");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot remove what a crashed run left behind"),
         }
-        Ok(())
+    }
+
+    /// Deletes every checkpoint of this job in storage — this run's and earlier runs' — once
+    /// the recorded status covers their work.
+    fn delete_checkpoints(&self) {
+        match self.storage.list_checkpoints() {
+            Ok(stored) => {
+                for checkpoint in stored {
+                    self.discard(&checkpoint.location);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list checkpoints to remove them"),
+        }
     }
 
     /// The storage.
@@ -135,7 +181,8 @@ impl CompletedCheckpointStore {
 
     /// Records completed checkpoint `id` at `location` as the newest restore point — call it
     /// after its metadata is durable and before any sink hears of it — and deletes the
-    /// checkpoints the record no longer names (beyond `retained`).
+    /// checkpoints the record no longer names (beyond `retained`). On an error the record on
+    /// disk may name the checkpoint or not: its files must stay.
     pub fn add_completed(
         &mut self,
         id: u64,
@@ -145,11 +192,7 @@ impl CompletedCheckpointStore {
     ) -> Result<(), WeirError> {
         let before = self.record.clone();
         let dropped = self.record.add_completed(
-            RecordedCheckpoint {
-                id,
-                kind,
-                location: location.to_string(),
-            },
+            RecordedCheckpoint::new(id, kind, location.to_string()),
             retained as usize,
         );
         if let Err(e) = self.write() {
@@ -171,8 +214,16 @@ impl CompletedCheckpointStore {
                 self.record.completed.clear();
                 true
             }
-            RecordedStatus::Stopped { savepoint, .. } => {
-                self.record.completed.retain(|c| c.id == *savepoint);
+            RecordedStatus::Stopped {
+                savepoint,
+                location,
+            } => {
+                // The savepoint is the one restore point, whatever completed around it.
+                self.record.completed = vec![RecordedCheckpoint::new(
+                    *savepoint,
+                    SnapshotType::Savepoint,
+                    location.clone(),
+                )];
                 true
             }
             RecordedStatus::Cancelled {
@@ -188,16 +239,7 @@ impl CompletedCheckpointStore {
         self.record.status = status;
         self.write()?;
         if delete_checkpoints {
-            // Every checkpoint of this job — this run's and earlier runs' — describes work
-            // the recorded status now covers.
-            match self.storage.list_checkpoints() {
-                Ok(stored) => {
-                    for checkpoint in stored {
-                        self.discard(&checkpoint.location);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot list checkpoints to remove them"),
-            }
+            self.delete_checkpoints();
         }
         Ok(())
     }
@@ -310,5 +352,60 @@ mod tests {
         assert!(storage.list_checkpoints().unwrap().is_empty());
         let record = storage.read_job_record().unwrap().unwrap();
         assert!(matches!(record.status, RecordedStatus::Finished { .. }));
+    }
+
+    #[test]
+    fn a_stop_savepoint_stays_the_restore_point_whatever_completed_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> =
+            Arc::new(FsCheckpointStorage::new(dir.path(), "j").unwrap());
+        let (mut store, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        store.begin(Vec::new(), 0).unwrap();
+        complete(&mut store, 1);
+        let savepoint = storage.init_location(2, SnapshotType::Savepoint).unwrap();
+        store
+            .add_completed(2, SnapshotType::Savepoint, &savepoint, 2)
+            .unwrap();
+        complete(&mut store, 3);
+        store
+            .record_end(RecordedStatus::Stopped {
+                savepoint: 2,
+                location: savepoint.clone(),
+            })
+            .unwrap();
+        let record = storage.read_job_record().unwrap().unwrap();
+        assert_eq!(
+            record.completed,
+            vec![RecordedCheckpoint::new(
+                2,
+                SnapshotType::Savepoint,
+                savepoint.clone()
+            )]
+        );
+        assert!(storage.list_checkpoints().unwrap().is_empty());
+        assert!(std::path::Path::new(&savepoint).exists(), "savepoints stay");
+    }
+
+    #[test]
+    fn epochs_never_repeat_even_when_the_record_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> =
+            Arc::new(FsCheckpointStorage::new(dir.path(), "j").unwrap());
+        let (mut first, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        first.begin(Vec::new(), 0).unwrap();
+        let epoch = first.fencing().epoch();
+        drop(first);
+        std::fs::remove_file(
+            dir.path()
+                .join("j")
+                .join(crate::checkpoint::job_record::JOB_RECORD_FILE),
+        )
+        .unwrap();
+        let (second, previous) = CompletedCheckpointStore::open(storage, "j").unwrap();
+        assert_eq!(previous, PreviousRecord::None);
+        assert!(
+            second.fencing().epoch() > epoch,
+            "the lock file remembers the epoch"
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::checkpoint::job_lock::LockIdentity;
 use crate::checkpoint::storage::CheckpointStorage;
 
 /// Why this process may not commit for its job any more.
@@ -28,11 +29,25 @@ pub enum FencedError {
         /// Who holds it now.
         holder: String,
     },
+    /// The lock file this process holds was removed or replaced: another process may take
+    /// (or have taken) the job.
+    #[error(
+        "job `{job}`: this process (epoch {epoch}) lost the job: its lock file `{lock}` was \
+         removed or replaced; it stops without committing anything more"
+    )]
+    LockLost {
+        /// The job.
+        job: String,
+        /// This process's epoch.
+        epoch: u64,
+        /// The lock file.
+        lock: String,
+    },
     /// The job record is gone: the job's checkpoint directory was removed or replaced.
     #[error(
-        "job `{job}`: this process (epoch {epoch}) finds no job record in `{storage}` any more \
-         (the checkpoint directory was removed or replaced); it stops without committing \
-         anything more"
+        "job `{job}`: this process (epoch {epoch}) lost the job: it finds no job record in \
+         `{storage}` any more (the checkpoint directory was removed or replaced); it stops \
+         without committing anything more"
     )]
     RecordGone {
         /// The job.
@@ -69,7 +84,12 @@ impl FencedError {
 pub struct FencingToken {
     job: Arc<str>,
     epoch: u64,
+    /// Who this process is, as its job record says (`pid … on host …, epoch …, since …`):
+    /// with the epoch, it tells this process from any other, even one that got the same
+    /// epoch because the record was lost.
+    holder: Arc<str>,
     storage: Option<Arc<dyn CheckpointStorage>>,
+    lock: Option<LockIdentity>,
     fenced: Arc<OnceLock<FencedError>>,
 }
 
@@ -89,12 +109,21 @@ impl PartialEq for FencingToken {
 }
 
 impl FencingToken {
-    /// The token of epoch `epoch`, checked against the job record in `storage`.
-    pub fn new(job: &str, epoch: u64, storage: Arc<dyn CheckpointStorage>) -> Self {
+    /// The token of `holder` at epoch `epoch`, checked against the lock it holds (if the
+    /// storage has locks) and the job record in `storage`.
+    pub fn new(
+        job: &str,
+        epoch: u64,
+        holder: &str,
+        storage: Arc<dyn CheckpointStorage>,
+        lock: Option<LockIdentity>,
+    ) -> Self {
         Self {
             job: job.into(),
             epoch,
+            holder: holder.into(),
             storage: Some(storage),
+            lock,
             fenced: Arc::default(),
         }
     }
@@ -105,7 +134,9 @@ impl FencingToken {
         Self {
             job: job.into(),
             epoch: 0,
+            holder: "".into(),
             storage: None,
+            lock: None,
             fenced: Arc::default(),
         }
     }
@@ -116,8 +147,9 @@ impl FencingToken {
         self.epoch
     }
 
-    /// Succeeds while this process still holds its job; call it right before committing
-    /// anything externally visible.
+    /// Succeeds while this process still holds its job — its lock file is the one it locked,
+    /// and the primary job record names it — and fails for good once it does not; call it
+    /// right before committing anything externally visible.
     pub fn check(&self) -> Result<(), FencedError> {
         if let Some(fenced) = self.fenced.get() {
             return Err(fenced.clone());
@@ -125,20 +157,30 @@ impl FencingToken {
         let Some(storage) = &self.storage else {
             return Ok(());
         };
-        let fenced = match storage.read_job_record() {
-            Ok(Some(record)) if record.epoch == self.epoch => return Ok(()),
-            Ok(Some(record)) => FencedError::Superseded {
+        let lock_lost = self.lock.as_ref().filter(|lock| !lock.still_held());
+        let fenced = match (lock_lost, storage.read_primary_job_record()) {
+            (Some(lock), _) => FencedError::LockLost {
+                job: self.job.to_string(),
+                epoch: self.epoch,
+                lock: lock.path.display().to_string(),
+            },
+            (None, Ok(Some(record)))
+                if record.epoch == self.epoch && *record.holder == *self.holder =>
+            {
+                return Ok(())
+            }
+            (None, Ok(Some(record))) => FencedError::Superseded {
                 job: self.job.to_string(),
                 epoch: self.epoch,
                 current: record.epoch,
                 holder: record.holder,
             },
-            Ok(None) => FencedError::RecordGone {
+            (None, Ok(None)) => FencedError::RecordGone {
                 job: self.job.to_string(),
                 epoch: self.epoch,
                 storage: storage.describe(),
             },
-            Err(e) => {
+            (None, Err(e)) => {
                 return Err(FencedError::Unverifiable {
                     job: self.job.to_string(),
                     epoch: self.epoch,
@@ -160,13 +202,17 @@ mod tests {
     #[test]
     fn a_newer_epoch_fences_for_good_and_a_missing_record_fences_too() {
         let storage = Arc::new(MemoryCheckpointStorage::new("j"));
-        let token = FencingToken::new("j", 3, storage.clone());
+        let token = FencingToken::new("j", 3, "pid 1", storage.clone(), None);
         assert!(matches!(token.check(), Err(FencedError::RecordGone { .. })));
-        let fresh = FencingToken::new("j", 3, storage.clone());
+        let fresh = FencingToken::new("j", 3, "pid 1", storage.clone(), None);
         let mut record = JobRecord::new("j");
         record.epoch = 3;
+        record.holder = "pid 1".into();
         storage.write_job_record(&record).unwrap();
         fresh.check().unwrap();
+        // Another process with the same epoch (its record was lost): still fenced.
+        let twin = FencingToken::new("j", 3, "pid 2", storage.clone(), None);
+        assert!(matches!(twin.check(), Err(FencedError::Superseded { .. })));
         record.epoch = 4;
         record.holder = "pid 9".into();
         storage.write_job_record(&record).unwrap();
@@ -177,8 +223,34 @@ mod tests {
             "{err}"
         );
         record.epoch = 3;
+        record.holder = "pid 1".into();
         storage.write_job_record(&record).unwrap();
         assert!(fresh.check().is_err(), "once fenced, always fenced");
         FencingToken::unfenced("j").check().unwrap();
+    }
+
+    #[test]
+    fn a_removed_lock_file_fences_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(
+            crate::checkpoint::storage::FsCheckpointStorage::new(dir.path(), "j").unwrap(),
+        );
+        let lock = storage.lock_job().unwrap().unwrap();
+        let mut record = JobRecord::new("j");
+        record.epoch = 1;
+        record.holder = "me".into();
+        storage.write_job_record(&record).unwrap();
+        let token = FencingToken::new(
+            "j",
+            1,
+            "me",
+            storage.clone(),
+            Some(lock.identity().unwrap()),
+        );
+        token.check().unwrap();
+        std::fs::remove_file(lock.path()).unwrap();
+        let err = token.check().unwrap_err();
+        assert!(matches!(err, FencedError::LockLost { .. }), "{err}");
+        assert!(err.to_string().contains("lost the job"), "{err}");
     }
 }

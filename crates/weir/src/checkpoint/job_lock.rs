@@ -20,6 +20,26 @@ pub const LOCK_FILE: &str = "_lock";
 pub struct JobLock {
     file: File,
     path: PathBuf,
+    /// What the previous holder wrote into the file.
+    previous_holder: String,
+}
+
+/// Which file a lock is on (device and inode): a lock file removed or replaced since is
+/// another file, and its holder lost its exclusivity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockIdentity {
+    /// The lock file's path.
+    pub path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl LockIdentity {
+    /// Whether the file at the lock's path is still the locked one.
+    pub fn still_held(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino)
+    }
 }
 
 impl JobLock {
@@ -42,7 +62,15 @@ impl JobLock {
             .open(&path)
             .map_err(io("open lock file"))?;
         match file.try_lock() {
-            Ok(()) => Ok(Self { file, path }),
+            Ok(()) => {
+                let mut previous_holder = String::new();
+                let _ = file.read_to_string(&mut previous_holder);
+                Ok(Self {
+                    file,
+                    path,
+                    previous_holder,
+                })
+            }
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
@@ -79,6 +107,32 @@ impl JobLock {
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The epoch the previous holder named in the lock file, if any: a floor for the next
+    /// epoch even when the job record is gone.
+    pub fn previous_epoch(&self) -> Option<u64> {
+        let after = self.previous_holder.split("epoch ").nth(1)?;
+        after
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// Which file this lock is on.
+    pub fn identity(&self) -> Result<LockIdentity, StorageError> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = self.file.metadata().map_err(|source| StorageError::Io {
+            action: "stat lock file",
+            path: self.path.display().to_string(),
+            source,
+        })?;
+        Ok(LockIdentity {
+            path: self.path.clone(),
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        })
     }
 }
 
@@ -131,13 +185,19 @@ mod tests {
         let err = JobLock::acquire(dir.path()).unwrap_err().to_string();
         assert!(err.contains("pid 1 on host a, epoch 3"), "{err}");
         assert!(err.contains("_lock"), "{err}");
+        let identity = first.identity().unwrap();
+        assert!(identity.still_held());
         drop(first);
         let mut again = JobLock::acquire(dir.path()).expect("released on drop");
+        assert_eq!(again.previous_epoch(), Some(3));
         again.describe_holder("pid 2").unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap(),
             "pid 2"
         );
+        assert!(identity.still_held(), "the same file, locked again");
+        std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+        assert!(!identity.still_held(), "a removed lock file is lost");
     }
 
     #[test]

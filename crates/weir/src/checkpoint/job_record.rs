@@ -34,6 +34,21 @@ pub struct RecordedCheckpoint {
     pub kind: SnapshotType,
     /// Its location in checkpoint storage.
     pub location: String,
+    /// Whether state of operators the job no longer has may be dropped when restoring it
+    /// (set for a savepoint the job was started from with that setting).
+    pub allow_non_restored_state: bool,
+}
+
+impl RecordedCheckpoint {
+    /// An entry for `location`, of `kind`, with id `id`.
+    pub fn new(id: u64, kind: SnapshotType, location: impl Into<String>) -> Self {
+        Self {
+            id,
+            kind,
+            location: location.into(),
+            allow_non_restored_state: false,
+        }
+    }
 }
 
 /// How the job's latest run ended, as far as the record knows.
@@ -107,10 +122,9 @@ impl JobRecord {
     }
 
     /// Adds a completed checkpoint (or stop savepoint) as the newest restore point and keeps
-    /// at most `retained` checkpoints; returns the entries it no longer names, whose files may
-    /// be deleted once this record is durable. A savepoint entry is dropped from the record
-    /// when a newer restore point supersedes it, but its files are never returned for
-    /// deletion: savepoints belong to the user.
+    /// the newest `retained` entries; returns the checkpoints it no longer names, whose files
+    /// may be deleted once this record is durable. A savepoint counts towards `retained` but
+    /// is never returned for deletion: savepoints belong to the user.
     pub fn add_completed(
         &mut self,
         entry: RecordedCheckpoint,
@@ -120,14 +134,6 @@ impl JobRecord {
         self.max_id = self.max_id.max(entry.id);
         self.completed.push(entry);
         let mut dropped = Vec::new();
-        // Savepoints older than the newest entry are no longer restore points.
-        let newest = self.completed.len() - 1;
-        let mut index = 0;
-        self.completed.retain(|c| {
-            let keep = index == newest || c.kind == SnapshotType::Checkpoint;
-            index += 1;
-            keep
-        });
         while self.completed.len() > retained.max(1) {
             let old = self.completed.remove(0);
             if old.kind == SnapshotType::Checkpoint {
@@ -153,19 +159,11 @@ mod tests {
     use super::*;
 
     fn chk(id: u64) -> RecordedCheckpoint {
-        RecordedCheckpoint {
-            id,
-            kind: SnapshotType::Checkpoint,
-            location: format!("/c/chk-{id}"),
-        }
+        RecordedCheckpoint::new(id, SnapshotType::Checkpoint, format!("/c/chk-{id}"))
     }
 
     fn savepoint(id: u64) -> RecordedCheckpoint {
-        RecordedCheckpoint {
-            id,
-            kind: SnapshotType::Savepoint,
-            location: format!("/c/savepoint-{id}"),
-        }
+        RecordedCheckpoint::new(id, SnapshotType::Savepoint, format!("/c/savepoint-{id}"))
     }
 
     #[test]
@@ -173,12 +171,11 @@ mod tests {
         let mut record = JobRecord::new("j");
         assert!(record.add_completed(savepoint(3), 2).is_empty());
         assert!(record.add_completed(chk(4), 2).is_empty());
-        assert_eq!(
-            record.completed,
-            vec![chk(4)],
-            "the savepoint is superseded"
+        assert_eq!(record.completed, vec![savepoint(3), chk(4)]);
+        assert!(
+            record.add_completed(chk(5), 2).is_empty(),
+            "the savepoint leaves the record, its files stay"
         );
-        assert!(record.add_completed(chk(5), 2).is_empty());
         assert_eq!(record.add_completed(chk(6), 2), vec![chk(4)]);
         assert_eq!(record.completed, vec![chk(5), chk(6)]);
         assert_eq!(record.notified_through, 6);

@@ -101,9 +101,9 @@ pub enum RecoveryError {
     },
     /// The job record exists but cannot be read.
     #[error(
-        "cannot resume job `{job}`: its job record is unreadable ({problem}), so which \
-         checkpoint its sinks committed last is unknown. {}",
-        override_hint(sinks, "the newest checkpoint found in the directory")
+        "cannot resume or restore job `{job}`: its job record is unreadable ({problem}), so \
+         which checkpoint its sinks committed last is unknown. {}",
+        override_hint(sinks, "a checkpoint")
     )]
     RecordUnreadable {
         /// The job.
@@ -265,13 +265,21 @@ pub fn plan_start(
         StartMode::RestoreFrom { path, id } => {
             let notified_through = match previous {
                 PreviousRecord::Found(record) => record.notified_through,
+                // What was committed is unknown: restoring anything could repeat it.
+                PreviousRecord::Unreadable(problem) if !lenient => {
+                    return Err(RecoveryError::RecordUnreadable {
+                        job: job.into(),
+                        problem: problem.clone(),
+                        sinks: sinks.to_vec(),
+                    })
+                }
                 _ => 0,
             };
-            let candidate = RecordedCheckpoint {
-                id: *id,
-                kind: crate::runtime::stream_element::SnapshotType::Savepoint,
-                location: path.clone(),
-            };
+            let candidate = RecordedCheckpoint::new(
+                *id,
+                crate::runtime::stream_element::SnapshotType::Savepoint,
+                path.clone(),
+            );
             if *id >= notified_through {
                 return Ok(StartPlan::Restore {
                     candidates: vec![candidate],
@@ -423,11 +431,7 @@ mod tests {
     use crate::runtime::stream_element::SnapshotType;
 
     fn chk(id: u64) -> RecordedCheckpoint {
-        RecordedCheckpoint {
-            id,
-            kind: SnapshotType::Checkpoint,
-            location: format!("/c/j/chk-{id}"),
-        }
+        RecordedCheckpoint::new(id, SnapshotType::Checkpoint, format!("/c/j/chk-{id}"))
     }
 
     fn record(completed: &[u64], status: RecordedStatus) -> PreviousRecord {
@@ -486,11 +490,7 @@ mod tests {
         let PreviousRecord::Found(mut stopped) = record(&[3], RecordedStatus::Running) else {
             unreachable!()
         };
-        let savepoint = RecordedCheckpoint {
-            id: 4,
-            kind: SnapshotType::Savepoint,
-            location: "/c/j/savepoint-4".into(),
-        };
+        let savepoint = RecordedCheckpoint::new(4, SnapshotType::Savepoint, "/c/j/savepoint-4");
         stopped.add_completed(savepoint.clone(), 3);
         stopped.status = RecordedStatus::Stopped {
             savepoint: 4,
@@ -602,6 +602,12 @@ mod tests {
             .to_string();
         assert!(err.contains("checkpoints 6..=9 a second time"), "{err}");
         assert!(plan_start(ctx(&sinks(), ALLOW), &older, &previous, &[]).is_ok());
+        // Nothing known of what was committed: refused as well.
+        let unreadable = PreviousRecord::Unreadable("checksum mismatch".into());
+        assert!(matches!(
+            plan_start(ctx(&sinks(), REFUSE), &older, &unreadable, &[]),
+            Err(RecoveryError::RecordUnreadable { .. })
+        ));
         assert!(plan_start(ctx(&[], REFUSE), &older, &previous, &[]).is_ok());
         let newest = StartMode::RestoreFrom {
             path: "/s/savepoint-9".into(),

@@ -122,6 +122,9 @@ impl<T, S: TwoPhaseCommitSink<T>> TwoPhaseCommitWriter<T, S> {
 
 impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseCommitWriter<T, S> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        // Recovery below commits and aborts transactions: not in a process that lost its job,
+        // where they could be the new holder's.
+        self.context.fencing_token().check()?;
         if resumes_from_empty_state(&self.context) {
             if let Some(found) = self.sink.find_committed_output(&self.context)? {
                 return Err(committed_output_error(&self.context, &found));

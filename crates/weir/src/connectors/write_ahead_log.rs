@@ -85,6 +85,7 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
 
 impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        self.context.fencing_token().check()?;
         if resumes_from_empty_state(&self.context) {
             if let Some(found) = self.committer.find_committed_output()? {
                 return Err(committed_output_error(&self.context, &found));

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use super::{
     decode_metadata, decode_record, first_good, location_name, parse_any_location,
-    parse_checkpoint_dir, sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify,
-    DISCARD_PREFIX,
+    parse_checkpoint_dir, parse_savepoint_dir, sanitize, CheckpointStorage, StorageError,
+    StoredCheckpoint, Verify, DISCARD_PREFIX,
 };
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
@@ -151,6 +151,30 @@ impl FsCheckpointStorage {
         Some(copy_dir.join(relative))
     }
 
+    /// Locations of `kind` in the job directory, by ascending id.
+    fn list(&self, kind: SnapshotType) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        let mut found = Vec::new();
+        let entries = fs::read_dir(&self.job_dir).map_err(io("list", &self.job_dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io("list", &self.job_dir))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            let id = match kind {
+                SnapshotType::Checkpoint => parse_checkpoint_dir(&name),
+                SnapshotType::Savepoint => parse_savepoint_dir(&name),
+            };
+            if let Some(id) = id {
+                let dir = entry.path();
+                found.push(StoredCheckpoint {
+                    id,
+                    has_metadata: dir.join(METADATA_FILE).exists(),
+                    location: dir.display().to_string(),
+                });
+            }
+        }
+        found.sort_by_key(|c| c.id);
+        Ok(found)
+    }
+
     fn read_record_at(dir: &Path) -> Result<JobRecord, StorageError> {
         let path = dir.join(JOB_RECORD_FILE);
         let bytes = fs::read(&path).map_err(io("read", &path))?;
@@ -280,22 +304,19 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
-        let mut found = Vec::new();
-        let entries = fs::read_dir(&self.job_dir).map_err(io("list", &self.job_dir))?;
-        for entry in entries {
-            let entry = entry.map_err(io("list", &self.job_dir))?;
-            let name = entry.file_name().to_string_lossy().to_string();
-            if let Some(id) = parse_checkpoint_dir(&name) {
-                let dir = entry.path();
-                found.push(StoredCheckpoint {
-                    id,
-                    has_metadata: dir.join(METADATA_FILE).exists(),
-                    location: dir.display().to_string(),
-                });
-            }
+        self.list(SnapshotType::Checkpoint)
+    }
+
+    fn list_savepoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        self.list(SnapshotType::Savepoint)
+    }
+
+    fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
+        match Self::read_record_at(&self.job_dir) {
+            Ok(record) => Ok(Some(record)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
         }
-        found.sort_by_key(|c| c.id);
-        Ok(found)
     }
 
     fn max_id(&self) -> Result<u64, StorageError> {
@@ -311,11 +332,12 @@ impl CheckpointStorage for FsCheckpointStorage {
 
     fn discard(&self, location: &str) -> Result<(), StorageError> {
         let dir = Path::new(location);
-        discard_dir(dir)?;
+        // The copy first: a crash in between leaves the primary, which listings see and a
+        // later clean-up removes; a copy left alone would never be found again.
         if let Some(copy) = self.copy_of(dir) {
             discard_dir(&copy)?;
         }
-        Ok(())
+        discard_dir(dir)
     }
 
     fn lock_job(&self) -> Result<Option<JobLock>, StorageError> {

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use super::{
     decode_metadata, decode_record, location_name, parse_any_location, parse_checkpoint_dir,
-    sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify, DISCARD_PREFIX,
+    parse_savepoint_dir, sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify,
+    DISCARD_PREFIX,
 };
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
@@ -39,6 +40,27 @@ impl MemoryCheckpointStorage {
     /// Overwrites a file (tests use it to corrupt checkpoints).
     pub fn put(&self, path: &str, bytes: Vec<u8>) {
         self.files().insert(path.to_string(), bytes);
+    }
+
+    /// Locations whose directory name `parse` accepts, by ascending id.
+    fn list(&self, parse: fn(&str) -> Option<u64>) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        let files = self.files();
+        let prefix = format!("{}/", self.root);
+        let mut found: Vec<StoredCheckpoint> = files
+            .keys()
+            .filter_map(|k| {
+                let dir = k.strip_prefix(&prefix)?.strip_suffix('/')?;
+                let id = parse(dir)?;
+                let location = format!("{prefix}{dir}");
+                Some(StoredCheckpoint {
+                    id,
+                    has_metadata: files.contains_key(&format!("{location}/{METADATA_FILE}")),
+                    location,
+                })
+            })
+            .collect();
+        found.sort_by_key(|c| c.id);
+        Ok(found)
     }
 
     fn record_path(&self) -> String {
@@ -91,11 +113,17 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         let bytes = files
             .get(&path)
             .ok_or_else(|| StorageError::not_found(path.clone()))?;
-        let (start, end) = (offset as usize, (offset + length) as usize);
-        let range = bytes.get(start..end).ok_or(StorageError::Corrupt {
-            path: path.clone(),
-            reason: format!("truncated: wanted bytes {start}..{end} of {}", bytes.len()),
-        })?;
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(length).ok())
+            .and_then(|(start, length)| bytes.get(start..start.checked_add(length)?))
+            .ok_or(StorageError::Corrupt {
+                path: path.clone(),
+                reason: format!(
+                    "truncated: wanted {length} bytes at offset {offset} of {}",
+                    bytes.len()
+                ),
+            })?;
         verify(range).map_err(|reason| StorageError::Corrupt { path, reason })?;
         Ok(range.to_vec())
     }
@@ -125,24 +153,11 @@ impl CheckpointStorage for MemoryCheckpointStorage {
     }
 
     fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
-        let files = self.files();
-        let prefix = format!("{}/", self.root);
-        let mut found: Vec<StoredCheckpoint> = files
-            .keys()
-            .filter_map(|k| {
-                let rest = k.strip_prefix(&prefix)?;
-                let dir = rest.strip_suffix('/')?;
-                let id = parse_checkpoint_dir(dir)?;
-                let location = format!("{}{}", prefix, dir);
-                Some(StoredCheckpoint {
-                    id,
-                    has_metadata: files.contains_key(&format!("{location}/{METADATA_FILE}")),
-                    location,
-                })
-            })
-            .collect();
-        found.sort_by_key(|c| c.id);
-        Ok(found)
+        self.list(parse_checkpoint_dir)
+    }
+
+    fn list_savepoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError> {
+        self.list(parse_savepoint_dir)
     }
 
     fn max_id(&self) -> Result<u64, StorageError> {

@@ -128,6 +128,8 @@ pub trait CheckpointStorage: Send + Sync {
     fn read_metadata(&self, location: &str) -> Result<CheckpointMetadata, StorageError>;
     /// Checkpoints (not savepoints) of this job, by ascending id.
     fn list_checkpoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError>;
+    /// Savepoints in this job's directory, by ascending id.
+    fn list_savepoints(&self) -> Result<Vec<StoredCheckpoint>, StorageError>;
     /// The highest id of any checkpoint or savepoint location of this job, including ones
     /// being deleted (0 if none), so that new ids never reuse one.
     fn max_id(&self) -> Result<u64, StorageError>;
@@ -140,6 +142,11 @@ pub trait CheckpointStorage: Send + Sync {
     /// Reads the job record: the readable copy with the highest sequence; `None` when there
     /// is none; an error when one exists but no copy is readable.
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError>;
+    /// Reads the primary job record only, never its local copy: the one authority on which
+    /// process holds the job (a copy on another disk may lag behind it).
+    fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
+        self.read_job_record()
+    }
     /// Writes the job record atomically (and its local copy).
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError>;
     /// Removes what crashed runs left behind: locations being deleted, and checkpoint or
@@ -197,13 +204,17 @@ fn parse_checkpoint_dir(name: &str) -> Option<u64> {
     name.strip_prefix("chk-")?.parse().ok()
 }
 
+fn parse_savepoint_dir(name: &str) -> Option<u64> {
+    name.strip_prefix("savepoint-")?.parse().ok()
+}
+
 /// Prefix of a location being deleted.
 const DISCARD_PREFIX: &str = ".discard-";
 
 /// The id of a checkpoint or savepoint location, also while it is being deleted.
 fn parse_any_location(name: &str) -> Option<u64> {
     let name = name.strip_prefix(DISCARD_PREFIX).unwrap_or(name);
-    parse_checkpoint_dir(name).or_else(|| name.strip_prefix("savepoint-")?.parse().ok())
+    parse_checkpoint_dir(name).or_else(|| parse_savepoint_dir(name))
 }
 
 fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
@@ -341,11 +352,7 @@ mod tests {
         record.epoch = 2;
         record.sequence = 1;
         record.add_completed(
-            RecordedCheckpoint {
-                id: 2,
-                kind: SnapshotType::Checkpoint,
-                location: loc2.clone(),
-            },
+            RecordedCheckpoint::new(2, SnapshotType::Checkpoint, loc2.clone()),
             1,
         );
         storage.write_job_record(&record).unwrap();

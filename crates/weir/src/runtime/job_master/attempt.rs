@@ -418,7 +418,9 @@ impl JobMaster {
 
     /// Whether periodic checkpoints may be triggered in this attempt.
     pub(super) fn may_trigger_periodic(&self, attempt: &Attempt) -> bool {
-        !attempt.is_stopping()
+        // Nothing may complete after a stop-with-savepoint's savepoint: the job ends there.
+        attempt.stop_savepoint.is_none()
+            && !attempt.is_stopping()
             && !attempt.checkpoints_disabled
             && attempt.final_checkpoint.is_none()
             && !attempt.final_due

@@ -231,12 +231,16 @@ impl JobMaster {
         // A stop-with-savepoint's savepoint commits output (its notice goes out before the
         // job stops), so it becomes a restore point like a checkpoint.
         let recorded = kind == SnapshotType::Checkpoint || attempt.stop_savepoint == Some(id);
+        // Which step failed matters: once the metadata is durable, a failed record write may
+        // still have named the checkpoint on disk, so its files must stay.
+        let mut metadata_written = false;
         let written = match &mut self.store {
             Some(store) => store
                 .storage()
                 .write_metadata(&pending.location, &metadata)
                 .map_err(WeirError::from)
                 .and_then(|()| {
+                    metadata_written = true;
                     if recorded {
                         store.add_completed(id, kind, &pending.location, retained)
                     } else {
@@ -250,7 +254,9 @@ impl JobMaster {
             self.coordinator.finalize_failed(&pending, &reason, now);
             tracing::warn!(checkpoint = id, %reason, "checkpoint could not be completed");
             attempt.notify(CheckpointNotification::Aborted(id));
-            self.discard(&pending.location);
+            if !(metadata_written && recorded) {
+                self.discard(&pending.location);
+            }
             self.answer_savepoint(id, Err(reason.clone()), attempt);
             if let WeirError::Fenced(fenced) = error {
                 self.fenced(fenced, attempt);

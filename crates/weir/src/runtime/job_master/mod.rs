@@ -130,29 +130,37 @@ impl JobMaster {
             None if config.resume_from_latest_checkpoint => StartMode::Resume,
             None => StartMode::Fresh,
         };
-        let on_disk: Vec<RecordedCheckpoint> = match previous {
-            PreviousRecord::Found(_) => Vec::new(),
-            _ => storage
-                .list_checkpoints()?
-                .into_iter()
-                .filter(|c| c.has_metadata)
-                .map(|c| RecordedCheckpoint {
-                    id: c.id,
-                    kind: SnapshotType::Checkpoint,
-                    location: c.location,
-                })
-                .collect(),
-        };
+        // Without a readable record, what is on disk (savepoints too) tells that the job ran.
+        let mut on_disk: Vec<RecordedCheckpoint> = Vec::new();
+        if !matches!(previous, PreviousRecord::Found(_)) {
+            for (kind, stored) in [
+                (SnapshotType::Checkpoint, storage.list_checkpoints()?),
+                (SnapshotType::Savepoint, storage.list_savepoints()?),
+            ] {
+                on_disk.extend(
+                    stored
+                        .into_iter()
+                        .filter(|c| c.has_metadata)
+                        .map(|c| RecordedCheckpoint::new(c.id, kind, c.location)),
+                );
+            }
+        }
         let plan = plan_start(master.recovery_context(), &mode, &previous, &on_disk)?;
-        let previous_notified = match &previous {
+        // What sinks may hold only grows: a fresh start or a restore does not make output
+        // already committed go away.
+        let notified_through = match &previous {
             PreviousRecord::Found(r) => r.notified_through,
             _ => 0,
         };
-        let (completed, notified_through, candidates) = match plan {
+        let candidates = match plan {
             StartPlan::AlreadyFinished => {
                 tracing::info!(storage = %storage.describe(), "the job already ran to its end; nothing to resume");
                 master.already_finished = true;
                 master.fencing = store.fencing().clone();
+                // What a crash during its clean-up left is deleted now.
+                if let Err(e) = store.clean_up_finished() {
+                    tracing::warn!(error = %e, "cannot clean up after the finished job");
+                }
                 master.store = Some(store);
                 return Ok(master);
             }
@@ -162,30 +170,33 @@ impl JobMaster {
                 } else if mode == StartMode::Resume {
                     tracing::info!(storage = %storage.describe(), "no restore point: starting fresh");
                 }
-                let notified = if mode == StartMode::Resume {
-                    previous_notified
-                } else {
-                    0
-                };
-                (Vec::new(), notified, Vec::new())
+                Vec::new()
             }
-            StartPlan::Restore { candidates, note } => {
+            StartPlan::Restore {
+                mut candidates,
+                note,
+            } => {
                 if let Some(note) = note {
                     tracing::warn!("{note}");
                 }
-                let notified = match &mode {
-                    StartMode::RestoreFrom { id, .. } => previous_notified.max(*id),
-                    _ => previous_notified,
-                };
-                let mut completed = candidates.clone();
-                completed.reverse();
-                (completed, notified, candidates)
+                if let (StartMode::RestoreFrom { .. }, Some(first), Some(settings)) =
+                    (&mode, candidates.first_mut(), &config.restore)
+                {
+                    first.allow_non_restored_state = settings.allow_non_restored_state;
+                }
+                candidates
             }
         };
-        store.begin(completed, notified_through)?;
         master.fencing = store.fencing().clone();
         master.store = Some(store);
+        // The restore point is read and matched to the job before the record is rewritten:
+        // a restore that cannot work leaves the job's real restore points in place.
         master.initial = master.resolve(&candidates)?;
+        let mut completed = candidates;
+        completed.reverse();
+        if let Some(store) = master.store.as_mut() {
+            store.begin(completed, notified_through)?;
+        }
         let restored_id = master.initial.as_ref().map_or(0, |p| p.checkpoint_id);
         let first_id = master
             .store
@@ -233,19 +244,15 @@ impl JobMaster {
         for (i, candidate) in candidates.iter().enumerate() {
             match store.read_metadata(&candidate.location) {
                 Ok(metadata) => {
-                    let allow_non_restored = Some(candidate.id) == self.explicit_restore
-                        && self
-                            .job
-                            .config
-                            .restore
-                            .as_ref()
-                            .is_some_and(|r| r.allow_non_restored_state);
-                    let assignment =
-                        assign_state(&metadata, &self.job.plan.stream_graph, allow_non_restored)
-                            .map_err(|e| WeirError::Restore {
-                                checkpoint_id: candidate.id,
-                                reason: e.to_string(),
-                            })?;
+                    let assignment = assign_state(
+                        &metadata,
+                        &self.job.plan.stream_graph,
+                        candidate.allow_non_restored_state,
+                    )
+                    .map_err(|e| WeirError::Restore {
+                        checkpoint_id: candidate.id,
+                        reason: e.to_string(),
+                    })?;
                     tracing::info!(checkpoint = candidate.id, location = %candidate.location, "restoring");
                     found = Some(RestorePoint {
                         checkpoint_id: candidate.id,
@@ -309,11 +316,11 @@ impl JobMaster {
             .filter(|c| !self.bad.contains(&c.id))
             .collect();
         let position = candidates.iter().position(|c| c.id == point.checkpoint_id);
-        let unusable = RecordedCheckpoint {
-            id: point.checkpoint_id,
-            kind: SnapshotType::Checkpoint,
-            location: point.location.clone(),
-        };
+        let unusable = RecordedCheckpoint::new(
+            point.checkpoint_id,
+            SnapshotType::Checkpoint,
+            point.location.clone(),
+        );
         let rest = position.map_or(&[][..], |p| &candidates[p + 1..]);
         self.unusable(&unusable, problem, rest.first())?;
         self.bad.insert(point.checkpoint_id);
@@ -329,7 +336,14 @@ impl JobMaster {
         }
         let mut restore = self.initial.clone();
         loop {
-            let end = match self.run_attempt(restore.as_ref()) {
+            // A process that lost its job while it waited to restart must not deploy: its
+            // sinks' recovery would settle the new holder's transactions.
+            let attempt = match self.fencing.check() {
+                Ok(()) => self.run_attempt(restore.as_ref()),
+                Err(fenced) if fenced.is_final() => return Err(fenced.into()),
+                Err(unverifiable) => Ok(AttemptEnd::Failed(unverifiable.into())),
+            };
+            let end = match attempt {
                 Ok(end) => end,
                 Err(DeployError::CorruptState(problem)) => {
                     let Some(point) = restore.take() else {
