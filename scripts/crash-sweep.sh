@@ -9,18 +9,21 @@
 #   scripts/crash-sweep.sh --sample N   N points per scenario instead
 #   scripts/crash-sweep.sh --mutations  also checks that the sweep catches the bugs it was
 #                                       built for: each patch in scripts/crash-sweep/mutations
-#                                       is applied to a scratch worktree, and a sampled sweep
-#                                       there must report violations
+#                                       is applied to a scratch worktree of HEAD, and a sampled
+#                                       sweep there must report violations
+#   scripts/crash-sweep.sh --mutations-only   only that check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sample=full
 mutations=0
+sweep_here=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --sample) sample="$2"; shift 2 ;;
         --mutations) mutations=1; shift ;;
-        *) echo "usage: $0 [--sample N] [--mutations]" >&2; exit 2 ;;
+        --mutations-only) mutations=1; sweep_here=0; shift ;;
+        *) echo "usage: $0 [--sample N] [--mutations | --mutations-only]" >&2; exit 2 ;;
     esac
 done
 
@@ -48,10 +51,12 @@ sweep() {
     return $status
 }
 
-started=$(date +%s)
-echo "==> crash-point sweep ($sample points per scenario)"
-sweep . "$sample"
-echo "==> done in $(( $(date +%s) - started )) s"
+if [ $sweep_here = 1 ]; then
+    started=$(date +%s)
+    echo "==> crash-point sweep ($sample points per scenario)"
+    sweep . "$sample"
+    echo "==> done in $(( $(date +%s) - started )) s"
+fi
 
 if [ $mutations = 1 ]; then
     mutants_target="$PWD/target/mutants-target"
