@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::{
-    decode_metadata, decode_record, first_good, location_name, parse_any_location,
+    decode_metadata, decode_record, encoding_failed, first_good, location_name, parse_any_location,
     parse_checkpoint_dir, parse_savepoint_dir, sanitize, CheckpointStorage, StorageError,
     StoredCheckpoint, Verify, DISCARD_PREFIX,
 };
@@ -271,10 +271,9 @@ impl CheckpointStorage for FsCheckpointStorage {
         metadata: &CheckpointMetadata,
     ) -> Result<(), StorageError> {
         let dir = Path::new(location);
-        let bytes = metadata.encode().map_err(|e| StorageError::Corrupt {
-            path: dir.join(METADATA_FILE).display().to_string(),
-            reason: format!("cannot encode: {e}"),
-        })?;
+        let bytes = metadata.encode().map_err(encoding_failed(
+            dir.join(METADATA_FILE).display().to_string(),
+        ))?;
         // The copy first: once the primary exists the checkpoint counts as complete, and
         // its copy must be complete by then too.
         if let Some(copy) = self.copy_of(dir) {
@@ -391,10 +390,9 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
-        let bytes = record.encode().map_err(|e| StorageError::Corrupt {
-            path: self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
-            reason: format!("cannot encode: {e}"),
-        })?;
+        let bytes = record.encode().map_err(encoding_failed(
+            self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
+        ))?;
         replace_atomically(&self.job_dir, JOB_RECORD_FILE, &bytes)?;
         if let Some(copy) = &self.copy_dir {
             replace_atomically(copy, JOB_RECORD_FILE, &bytes)?;

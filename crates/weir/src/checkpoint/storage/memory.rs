@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    decode_metadata, decode_record, location_name, parse_any_location, parse_checkpoint_dir,
-    parse_savepoint_dir, sanitize, CheckpointStorage, StorageError, StoredCheckpoint, Verify,
-    DISCARD_PREFIX,
+    decode_metadata, decode_record, encoding_failed, location_name, parse_any_location,
+    parse_checkpoint_dir, parse_savepoint_dir, sanitize, CheckpointStorage, StorageError,
+    StoredCheckpoint, Verify, DISCARD_PREFIX,
 };
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
@@ -134,10 +134,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
         metadata: &CheckpointMetadata,
     ) -> Result<(), StorageError> {
         let path = format!("{location}/{METADATA_FILE}");
-        let bytes = metadata.encode().map_err(|e| StorageError::Corrupt {
-            path: path.clone(),
-            reason: format!("cannot encode: {e}"),
-        })?;
+        let bytes = metadata.encode().map_err(encoding_failed(path.clone()))?;
         self.files().insert(path, bytes);
         Ok(())
     }
@@ -193,10 +190,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
 
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
         let path = self.record_path();
-        let bytes = record.encode().map_err(|e| StorageError::Corrupt {
-            path: path.clone(),
-            reason: format!("cannot encode: {e}"),
-        })?;
+        let bytes = record.encode().map_err(encoding_failed(path.clone()))?;
         self.files().insert(path, bytes);
         Ok(())
     }

@@ -217,6 +217,15 @@ fn parse_any_location(name: &str) -> Option<u64> {
     parse_checkpoint_dir(name).or_else(|| parse_savepoint_dir(name))
 }
 
+/// The error for a file that could not be encoded (written as corrupt, naming it).
+fn encoding_failed(path: impl Into<String>) -> impl FnOnce(postcard::Error) -> StorageError {
+    let path = path.into();
+    move |e| StorageError::Corrupt {
+        path,
+        reason: format!("cannot encode: {e}"),
+    }
+}
+
 fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
     CheckpointMetadata::decode(bytes).map_err(|reason| StorageError::Corrupt { path, reason })
 }
