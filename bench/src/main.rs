@@ -292,7 +292,12 @@ fn recovery(keys: u64) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
+/// Errors print as one line with their causes, never with a backtrace.
+fn main() -> std::process::ExitCode {
+    weir::cli::exit_code(run())
+}
+
+fn run() -> Result<()> {
     let args = Args::parse();
     // Injected failures are expected here: one line each, not a backtrace.
     std::panic::set_hook(Box::new(|info| eprintln!("(injected) {info}")));

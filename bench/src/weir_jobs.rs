@@ -10,10 +10,10 @@ use std::time::Duration;
 use weir::connectors::discard::DiscardingSink;
 use weir::connectors::file_reader::RawRecord;
 use weir::connectors::file_source::{FileFormat, FileSource};
-use weir::runtime::operators::rolling_aggregate::RollingAggregator;
+use weir::connectors::malformed::DecodeError;
 use weir::{
-    CheckpointConfig, CheckpointStorageConfig, DataStream, ExecutionConfig, Record,
-    StreamExecutionEnvironment,
+    AggregateFunction, CheckpointConfig, CheckpointStorageConfig, DataStream, ExecutionConfig,
+    Record, StreamExecutionEnvironment,
 };
 
 use crate::error::BenchError;
@@ -25,26 +25,24 @@ use crate::workload::Workload;
 /// Name of every pipeline's sink, to read its record count back.
 const SINK: &str = "sink";
 
-/// SUM(value) and COUNT(*) per key, emitting `(key, sum, count)` after each row, as Flink's
-/// non-mini-batch group aggregation emits an update per row.
+/// SUM(value) and COUNT(*) per key, emitting `(key, (sum, count))` after each row, as
+/// Flink's non-mini-batch group aggregation emits an update per row.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SumAndCount;
 
-impl RollingAggregator<i64, (i64, i64)> for SumAndCount {
-    type State = (i64, i64);
-    type Output = (i64, i64, i64);
-    fn init(&mut self, key: &i64, (_, value): (i64, i64)) -> ((i64, i64), (i64, i64, i64)) {
-        ((value, 1), (*key, value, 1))
+impl AggregateFunction<(i64, i64), (i64, i64), (i64, i64)> for SumAndCount {
+    fn create_accumulator(&self) -> (i64, i64) {
+        (0, 0)
     }
-    fn update(
-        &mut self,
-        key: &i64,
-        state: &mut (i64, i64),
-        (_, value): (i64, i64),
-    ) -> (i64, i64, i64) {
-        state.0 += value;
-        state.1 += 1;
-        (*key, state.0, state.1)
+    fn add(&self, (_, value): (i64, i64), acc: &mut (i64, i64)) {
+        acc.0 += value;
+        acc.1 += 1;
+    }
+    fn get_result(&self, acc: &(i64, i64)) -> (i64, i64) {
+        *acc
+    }
+    fn merge(&self, a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
+        (a.0 + b.0, a.1 + b.1)
     }
 }
 
@@ -55,9 +53,11 @@ fn json_lines<T: Record + serde::de::DeserializeOwned>(dir: &str) -> FileSource<
         FileFormat::Lines,
         Arc::new(|raw, _location| match raw {
             RawRecord::Line(line) => std::str::from_utf8(line)
-                .map_err(|e| e.to_string())
-                .and_then(|text| serde_json::from_str(text).map_err(|e| e.to_string())),
-            RawRecord::Csv { .. } => Err("a JSON decoder was given a CSV row".into()),
+                .map_err(|e| DecodeError::new(e.to_string()))
+                .and_then(|text| {
+                    serde_json::from_str(text).map_err(|e| DecodeError::new(e.to_string()))
+                }),
+            RawRecord::Csv { .. } => Err(DecodeError::new("a JSON decoder was given a CSV row")),
         }),
     )
 }
@@ -81,23 +81,24 @@ pub fn build(env: &StreamExecutionEnvironment, workload: Workload, dir: &str) {
         Workload::Keyed => {
             key_values(env, dir)
                 .key_by(|(key, _): &(i64, i64)| *key)
-                .aggregate("sum and count", SumAndCount)
+                .aggregate(SumAndCount)
+                .name("sum and count")
                 .sink_to(DiscardingSink, SINK);
         }
         Workload::Q0 => {
             env.from_source(json_lines::<BidEvent<BidRow>>(dir), "nexmark source")
-                .flat_map(BidEvent::into_bid)
+                .flat_map_iter(BidEvent::into_bid)
                 .sink_to(DiscardingSink, SINK);
         }
         Workload::Q1 => {
             env.from_source(json_lines::<BidEvent<BidRow>>(dir), "nexmark source")
-                .flat_map(BidEvent::into_bid)
+                .flat_map_iter(BidEvent::into_bid)
                 .map(EuroBidRow::from)
                 .sink_to(DiscardingSink, SINK);
         }
         Workload::Q2 => {
             env.from_source(json_lines::<BidEvent<AuctionPrice>>(dir), "nexmark source")
-                .flat_map(BidEvent::into_bid)
+                .flat_map_iter(BidEvent::into_bid)
                 .filter(|bid| q2_selects(bid.auction))
                 .sink_to(DiscardingSink, SINK);
         }

@@ -58,6 +58,9 @@ impl AggregateFunction<u32, (u64, u64), (u64, u64)> for HoursAggregate {
     fn get_result(&self, acc: &(u64, u64)) -> (u64, u64) {
         *acc
     }
+    fn merge(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+        (a.0 + b.0, a.1 + b.1)
+    }
 }
 
 /// Emits `education,income,count,total_hours` for each row, from keyed aggregating state.
@@ -288,7 +291,7 @@ pub fn build_with_progress(
         SinkKind::TwoPhaseCommit => {
             let TwoPhaseCommit(inner) = FileSink::<String>::lines(&options.output)
                 .with_suffix(".csv")
-                .build();
+                .into_two_phase_commit_sink();
             stream
                 .sink_to(
                     TwoPhaseCommit(SlowCommitFileSink { inner, delay }),
@@ -340,7 +343,10 @@ pub fn execute(
 /// Count and total hours per class, computed sequentially from the CSV files.
 pub fn expected_totals(data: &Path) -> Result<BTreeMap<ClassKey, (u64, u64)>> {
     let mut totals: BTreeMap<ClassKey, (u64, u64)> = BTreeMap::new();
-    let files = list_files(&csv_glob(data)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let files = list_files(csv_glob(data))?;
+    if files.is_empty() {
+        anyhow::bail!("no census files match `{}`", csv_glob(data));
+    }
     for file in files {
         let mut reader =
             csv::Reader::from_path(&file).with_context(|| format!("reading {}", file.display()))?;

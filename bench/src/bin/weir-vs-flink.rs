@@ -398,7 +398,12 @@ fn check_outputs_agree(runs: &[RunFigures], workload: Workload, records: u64) ->
     Ok(())
 }
 
-fn main() -> Result<()> {
+/// Errors print as one line with their causes, never with a backtrace.
+fn main() -> std::process::ExitCode {
+    weir::cli::exit_code(run())
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Cmd::RunOne {

@@ -1,10 +1,9 @@
 //! Turning Kafka records into stream records (Flink's `KafkaRecordDeserializationSchema`).
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use weir::connectors::malformed::{DecodeError, RecordOrigin};
 
 /// A record as it came from Kafka.
 #[derive(Debug, Clone, Copy)]
@@ -23,48 +22,31 @@ pub struct ConsumedRecord<'a> {
     pub value: Option<&'a [u8]>,
 }
 
-/// A Kafka record that could not be deserialized: where it is and why (the source fails
-/// with it, skips it, or passes it on as a dead letter).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MalformedKafkaRecord {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset.
-    pub offset: i64,
-    /// Why it could not be read.
-    pub reason: String,
-    /// The value, lossily as text.
-    pub raw_value: Option<String>,
+/// Deserializes Kafka records into `T`. A closure returning `Result<T, E>` is one, for any
+/// error `E` that converts into a [`DecodeError`] (a `String`, a `&str`, a `DecodeError`).
+pub trait KafkaRecordDeserializer<T>: Send + Sync + 'static {
+    /// The record, or why it is malformed.
+    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, DecodeError>;
 }
 
-impl MalformedKafkaRecord {
-    pub(crate) fn new(record: &ConsumedRecord<'_>, reason: String) -> Self {
-        Self {
-            topic: record.topic.to_string(),
-            partition: record.partition,
-            offset: record.offset,
-            reason,
-            raw_value: record
-                .value
-                .map(|v| String::from_utf8_lossy(v).into_owned()),
-        }
+impl<T, E, F> KafkaRecordDeserializer<T> for F
+where
+    E: Into<DecodeError>,
+    F: Fn(&ConsumedRecord<'_>) -> Result<T, E> + Send + Sync + 'static,
+{
+    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, DecodeError> {
+        self(record).map_err(Into::into)
     }
 }
 
-/// Deserializes Kafka records into `T`.
-pub trait KafkaRecordDeserializer<T>: Send + Sync + 'static {
-    /// The record, or why it is malformed.
-    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, String>;
-}
-
-impl<T, F> KafkaRecordDeserializer<T> for F
-where
-    F: Fn(&ConsumedRecord<'_>) -> Result<T, String> + Send + Sync + 'static,
-{
-    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, String> {
-        self(record)
+impl ConsumedRecord<'_> {
+    /// Where the record is, for a [`MalformedRecord`](weir::prelude::MalformedRecord).
+    pub fn origin(&self) -> RecordOrigin {
+        RecordOrigin::Kafka {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            offset: self.offset,
+        }
     }
 }
 
@@ -73,9 +55,10 @@ where
 pub struct StringValue;
 
 impl KafkaRecordDeserializer<String> for StringValue {
-    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<String, String> {
+    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<String, DecodeError> {
         let value = record.value.ok_or("record has no value")?;
-        String::from_utf8(value.to_vec()).map_err(|e| format!("value is not UTF-8: {e}"))
+        String::from_utf8(value.to_vec())
+            .map_err(|e| DecodeError::new(format!("value is not UTF-8: {e}")))
     }
 }
 
@@ -84,10 +67,11 @@ impl KafkaRecordDeserializer<String> for StringValue {
 pub struct StringKeyValue;
 
 impl KafkaRecordDeserializer<(String, String)> for StringKeyValue {
-    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<(String, String), String> {
-        let text = |bytes: Option<&[u8]>, what: &str| -> Result<String, String> {
-            let bytes = bytes.ok_or_else(|| format!("record has no {what}"))?;
-            String::from_utf8(bytes.to_vec()).map_err(|e| format!("{what} is not UTF-8: {e}"))
+    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<(String, String), DecodeError> {
+        let text = |bytes: Option<&[u8]>, what: &str| -> Result<String, DecodeError> {
+            let bytes = bytes.ok_or_else(|| DecodeError::new(format!("record has no {what}")))?;
+            String::from_utf8(bytes.to_vec())
+                .map_err(|e| DecodeError::in_column(what, format!("not UTF-8: {e}")))
         };
         Ok((text(record.key, "key")?, text(record.value, "value")?))
     }
@@ -103,25 +87,10 @@ impl<T> Default for JsonValue<T> {
 }
 
 impl<T: DeserializeOwned + 'static> KafkaRecordDeserializer<T> for JsonValue<T> {
-    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, String> {
+    fn deserialize(&self, record: &ConsumedRecord<'_>) -> Result<T, DecodeError> {
         let value = record.value.ok_or("record has no value")?;
-        serde_json::from_slice(value).map_err(|e| format!("invalid JSON value: {e}"))
-    }
-}
-
-/// Wraps a deserializer so that malformed records come out as `Err` instead of failing or
-/// being skipped: route them to a dead-letter sink with `stream.flat_map(Result::err)`.
-pub struct WithDeadLetters<T>(pub(crate) Arc<dyn KafkaRecordDeserializer<T>>);
-
-impl<T: 'static> KafkaRecordDeserializer<Result<T, MalformedKafkaRecord>> for WithDeadLetters<T> {
-    fn deserialize(
-        &self,
-        record: &ConsumedRecord<'_>,
-    ) -> Result<Result<T, MalformedKafkaRecord>, String> {
-        Ok(self
-            .0
-            .deserialize(record)
-            .map_err(|reason| MalformedKafkaRecord::new(record, reason)))
+        serde_json::from_slice(value)
+            .map_err(|e| DecodeError::new(format!("invalid JSON value: {e}")))
     }
 }
 
@@ -149,6 +118,7 @@ mod tests {
         assert!(StringValue
             .deserialize(&record(Some(&[0xff])))
             .unwrap_err()
+            .reason
             .contains("UTF-8"));
         let json = JsonValue::<(u32, String)>::default();
         assert_eq!(
@@ -158,6 +128,7 @@ mod tests {
         assert!(json
             .deserialize(&record(Some(b"{")))
             .unwrap_err()
+            .reason
             .contains("invalid JSON"));
         assert_eq!(
             StringKeyValue.deserialize(&record(Some(b"v"))),
@@ -166,10 +137,10 @@ mod tests {
     }
 
     #[test]
-    fn dead_letters_name_the_record() {
-        let wrapped = WithDeadLetters::<String>(Arc::new(StringValue));
-        let out = wrapped.deserialize(&record(Some(&[0xff]))).unwrap();
-        let bad = out.unwrap_err();
-        assert_eq!((bad.topic.as_str(), bad.partition, bad.offset), ("t", 2, 7));
+    fn records_name_their_origin() {
+        assert_eq!(
+            record(None).origin().to_string(),
+            "topic t, partition 2, offset 7"
+        );
     }
 }

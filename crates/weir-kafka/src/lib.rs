@@ -6,12 +6,11 @@
 //! commit.
 //!
 //! ```no_run
-//! use weir::StreamExecutionEnvironment;
-//! use weir_kafka::sink::StringKeyValueSerializer;
-//! use weir_kafka::{DeliveryGuarantee, KafkaSink, KafkaSource, StartingOffsets, StringValue};
+//! use weir::prelude::*;
+//! use weir_kafka::prelude::*;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let env = StreamExecutionEnvironment::new(weir::ExecutionConfig::default())?;
+//! let env = StreamExecutionEnvironment::new(ExecutionConfig::default())?;
 //! let words = env.from_source(
 //!     KafkaSource::builder("127.0.0.1:9092", StringValue)
 //!         .topics(["words"])
@@ -44,14 +43,14 @@ pub mod client_config;
 pub mod deserializer;
 pub mod error;
 pub mod log_reader;
+pub mod prelude;
 pub mod sink;
 pub mod source;
 pub mod word_count;
 
 pub use client_config::KafkaConnection;
 pub use deserializer::{
-    ConsumedRecord, JsonValue, KafkaRecordDeserializer, MalformedKafkaRecord, StringKeyValue,
-    StringValue,
+    ConsumedRecord, JsonValue, KafkaRecordDeserializer, StringKeyValue, StringValue,
 };
 pub use error::KafkaError;
 pub use log_reader::{LogReader, LogRecord, TransactionOutcome};

@@ -100,7 +100,7 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
         })
         .with_resume_from_latest_checkpoint(options.resume);
     if let Some(path) = &options.restore_from {
-        config = config.with_restore(path.clone(), false);
+        config = config.with_restore(weir::RestoreSettings::from_path(path));
     }
     let env =
         StreamExecutionEnvironment::new(config).map_err(|e| KafkaError::Config(e.to_string()))?;
@@ -111,7 +111,7 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
         source = source.bounded();
     }
     if let Some(rate) = options.rate {
-        source = source.rate_limit(rate);
+        source = source.with_rate_limit(rate);
     }
     let output_topic = options.output_topic.clone();
     let mut sink = KafkaSink::builder(

@@ -191,7 +191,7 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
                 > 0,
             "parallelism {parallelism}: nothing read before the savepoint"
         );
-        savepoint = Some(path);
+        savepoint = Some(path.location().to_string());
     }
     options.parallelism = 1;
     options.rate = None;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use weir::connectors::collect::collect_sink;
-use weir::connectors::file_source::MalformedPolicy;
+use weir::connectors::malformed::{MalformedRecordPolicy, RecordOrigin};
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
     StreamExecutionEnvironment,
@@ -47,18 +47,21 @@ fn offsets_are_restored_exactly_through_a_savepoint_taken_mid_stream() {
     let topic = common::topic("restore", 3);
     common::produce(&topic, None, &values(0..6000));
     let dir = tempfile::tempdir().unwrap();
-    let run = |restore: Option<String>| {
+    let run = |restore: Option<weir::Savepoint>| {
         let mut config = config(Some(dir.path()));
-        if let Some(path) = restore {
-            config = config.with_restore(path, false);
+        if let Some(savepoint) = restore {
+            config = config.with_restore(savepoint);
         }
         let env = StreamExecutionEnvironment::new(config).unwrap();
         let sink = common::CommittingSink::default();
         // Throttled, so that the savepoint lands mid-stream.
-        env.from_source(source(&topic).rate_limit(3000.0).build().unwrap(), "kafka")
-            .uid("kafka")
-            .sink_to(sink.clone(), "committing")
-            .uid("committing");
+        env.from_source(
+            source(&topic).with_rate_limit(3000.0).build().unwrap(),
+            "kafka",
+        )
+        .uid("kafka")
+        .sink_to(sink.clone(), "committing")
+        .uid("committing");
         (env.execute_async("restore").unwrap(), sink)
     };
 
@@ -259,9 +262,22 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
     env.from_source(builder().build().unwrap(), "kafka")
         .sink_to(collect_sink::<u64>().0, "collect");
-    let error = env.execute("malformed").unwrap_err().to_string();
+    let error = env.execute("malformed").unwrap_err();
+    let bad = error
+        .malformed_record()
+        .expect("a typed malformed-record error");
+    assert_eq!(
+        bad.origin,
+        RecordOrigin::Kafka {
+            topic: topic.clone(),
+            partition: 0,
+            offset: 2
+        }
+    );
+    assert!(bad.error.reason.contains("`x` is not a number"), "{error}");
+    let error = error.to_string();
     assert!(
-        error.contains(&format!("{topic}-0 offset 2")) && error.contains("`x` is not a number"),
+        error.contains(&format!("topic {topic}, partition 0, offset 2")),
         "{error}"
     );
 
@@ -269,13 +285,18 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
     let (sink, handle) = collect_sink::<u64>();
     env.from_source(
         builder()
-            .malformed_records(MalformedPolicy::Skip)
+            .on_malformed(MalformedRecordPolicy::Skip)
             .build()
             .unwrap(),
         "kafka",
     )
     .sink_to(sink, "collect");
-    env.execute("malformed").unwrap();
+    let result = env.execute("malformed").unwrap();
+    assert_eq!(result.operator("Source: kafka").unwrap().records_skipped, 1);
+    assert!(
+        result.to_string().contains("1 malformed records skipped"),
+        "{result}"
+    );
     let mut got = handle.take();
     got.sort_unstable();
     assert_eq!(got, vec![1, 2, 4]);
@@ -284,12 +305,28 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
     let (sink, handle) = collect_sink();
     env.from_source(builder().with_dead_letters().build().unwrap(), "kafka")
         .sink_to(sink, "collect");
-    env.execute("malformed").unwrap();
+    let result = env.execute("malformed").unwrap();
+    let source = result.operator("Source: kafka").unwrap();
+    assert_eq!(
+        (source.records_dead_lettered, source.records_skipped),
+        (1, 0)
+    );
     let got = handle.take();
     let dead: Vec<_> = got.iter().filter_map(|r| r.as_ref().err()).collect();
     assert_eq!(dead.len(), 1);
-    assert_eq!((dead[0].partition, dead[0].offset), (0, 2));
-    assert_eq!(dead[0].raw_value.as_deref(), Some("x"));
+    assert!(
+        matches!(
+            &dead[0].origin,
+            RecordOrigin::Kafka {
+                partition: 0,
+                offset: 2,
+                ..
+            }
+        ),
+        "{:?}",
+        dead[0]
+    );
+    assert_eq!(dead[0].raw, "x");
     assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 3);
 }
 

@@ -7,8 +7,8 @@
 //!
 //! ```no_run
 //! use serde::Serialize;
-//! use weir::{ExecutionConfig, StreamExecutionEnvironment};
-//! use weir_postgres::PostgresSink;
+//! use weir::prelude::*;
+//! use weir_postgres::prelude::*;
 //!
 //! #[derive(Clone, Serialize, serde::Deserialize)]
 //! struct WordCount {
@@ -40,6 +40,7 @@
 pub mod connection;
 pub mod error;
 pub mod exactly_once_sink;
+pub mod prelude;
 pub mod row_encoder;
 pub mod settings;
 pub mod statements;

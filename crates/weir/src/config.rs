@@ -4,15 +4,77 @@ use std::time::Duration;
 
 use crate::checkpoint::config::CheckpointConfig;
 use crate::checkpoint::restart_strategy::RestartStrategyConfig;
+use crate::checkpoint::savepoint::Savepoint;
 use crate::error::ConfigError;
 
-/// Where a job starts from (Flink's `SavepointRestoreSettings`, `run -s`).
+/// Where a job starts from (Flink's `SavepointRestoreSettings`, `run -s`): a savepoint or a
+/// retained checkpoint, and what to do with state no operator of the job claims.
+///
+/// ```
+/// use weir::prelude::*;
+/// let settings = RestoreSettings::from_path("/var/lib/weir/job/savepoint-7")
+///     .with_non_restored_state(NonRestoredState::Drop);
+/// let config = ExecutionConfig::default().with_restore(settings);
+/// assert_eq!(config.restore.unwrap().non_restored_state, NonRestoredState::Drop);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RestoreSettings {
     /// A savepoint or retained checkpoint: its directory (its `_metadata` is read).
     pub path: String,
-    /// Drop state of operators the job no longer has instead of failing.
-    pub allow_non_restored_state: bool,
+    /// What happens to state of operators the job no longer has.
+    pub non_restored_state: NonRestoredState,
+}
+
+/// What a restore does with state that belongs to no operator of the job (Flink's
+/// `--allowNonRestoredState`).
+///
+/// ```
+/// use weir::prelude::*;
+/// // An operator was removed from the job: drop its state instead of refusing to start.
+/// let settings = RestoreSettings::from_path("/var/lib/weir/checkpoints/job/savepoint-12")
+///     .with_non_restored_state(NonRestoredState::Drop);
+/// assert!(settings.allows_non_restored_state());
+/// assert_eq!(NonRestoredState::default(), NonRestoredState::Refuse);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonRestoredState {
+    /// Refuse to start: the job would silently lose that state (the default).
+    #[default]
+    Refuse,
+    /// Drop it and start.
+    Drop,
+}
+
+impl RestoreSettings {
+    /// Restores the savepoint or retained checkpoint in the directory `path`.
+    pub fn from_path(path: impl AsRef<std::path::Path>) -> Self {
+        Self {
+            path: path.as_ref().to_string_lossy().into_owned(),
+            non_restored_state: NonRestoredState::Refuse,
+        }
+    }
+    /// Sets what happens to state no operator claims.
+    pub fn with_non_restored_state(mut self, policy: NonRestoredState) -> Self {
+        self.non_restored_state = policy;
+        self
+    }
+    /// Whether unclaimed state is dropped rather than refused.
+    pub fn allows_non_restored_state(&self) -> bool {
+        self.non_restored_state == NonRestoredState::Drop
+    }
+}
+
+impl From<&Savepoint> for RestoreSettings {
+    fn from(savepoint: &Savepoint) -> Self {
+        Self::from_path(savepoint.location())
+    }
+}
+
+impl From<Savepoint> for RestoreSettings {
+    fn from(savepoint: Savepoint) -> Self {
+        Self::from(&savepoint)
+    }
 }
 
 /// Largest number of key groups, as in Flink (2^15).
@@ -118,12 +180,10 @@ impl ExecutionConfig {
         self.restart_strategy = Some(strategy);
         self
     }
-    /// Starts the job from the savepoint or checkpoint at `path`.
-    pub fn with_restore(mut self, path: impl Into<String>, allow_non_restored_state: bool) -> Self {
-        self.restore = Some(RestoreSettings {
-            path: path.into(),
-            allow_non_restored_state,
-        });
+    /// Starts the job from a savepoint or retained checkpoint: a [`Savepoint`] or
+    /// [`RestoreSettings`].
+    pub fn with_restore(mut self, restore: impl Into<RestoreSettings>) -> Self {
+        self.restore = Some(restore.into());
         self
     }
 

@@ -7,6 +7,27 @@ use std::fmt;
 
 /// Error type that user functions and connectors return; the engine wraps it with the
 /// operator and subtask it came from.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Parses numbers; a line that is not one fails the job, naming the operator.
+/// #[derive(Clone)]
+/// struct Parse;
+///
+/// impl ProcessFunction<String, u64> for Parse {
+///     fn process_element(&mut self, line: String, _: &RuntimeContext, out: &mut Collector<'_, u64>) -> Result<(), BoxError> {
+///         out.collect(line.trim().parse::<u64>()?); // any error converts into a BoxError
+///         Ok(())
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.from_collection(vec!["1".to_string(), "two".to_string()]).process(Parse).name("parse").print();
+/// let error = env.execute("parse").unwrap_err();
+/// assert!(error.to_string().contains("operator `parse` (subtask 1/1) failed: invalid digit"), "{error}");
+/// # Ok::<(), WeirError>(())
+/// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An invalid configuration value.
@@ -69,6 +90,15 @@ pub enum GraphError {
     /// The API was used in a way that cannot form a valid graph.
     #[error("invalid use of the DataStream API: {0}")]
     InvalidApiUse(String),
+    /// `execute` was called a second time on the same environment.
+    #[error(
+        "the job `{job}` was already executed from this environment: an environment runs one \
+         job; declare the next job on a new StreamExecutionEnvironment"
+    )]
+    AlreadyExecuted {
+        /// The name the job was executed under.
+        job: String,
+    },
 }
 
 /// Errors raised by keyed state and key-group assignment.
@@ -120,6 +150,9 @@ pub enum TaskError {
     /// A user function, source or sink returned an error.
     #[error("{0}")]
     User(BoxError),
+    /// A source read a record it cannot decode, under the policy to fail.
+    #[error(transparent)]
+    MalformedRecord(#[from] crate::connectors::malformed::MalformedRecordError),
     /// The error happened in a named operator of the task's chain.
     #[error("in operator `{operator}`: {cause}")]
     Operator {
@@ -146,6 +179,15 @@ pub enum TaskError {
 }
 
 impl TaskError {
+    /// The malformed record this error is about, if it is one.
+    pub fn malformed_record(&self) -> Option<&crate::connectors::malformed::MalformedRecord> {
+        match self {
+            TaskError::MalformedRecord(e) => Some(&e.record),
+            TaskError::Operator { cause, .. } => cause.malformed_record(),
+            _ => None,
+        }
+    }
+
     /// True when this error is only a consequence of another failure (cancellation or a closed
     /// channel), not a root cause worth reporting.
     pub fn is_secondary(&self) -> bool {
@@ -188,7 +230,20 @@ impl fmt::Display for SubtaskDisplay {
 }
 
 /// Top-level error of the public API.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` form is its `Display` form, so that `fn main() -> Result<(), WeirError>`
+/// prints a readable message (`operator `Map` (subtask 1/2) failed: …`).
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(3, |i| i).map(|i| if i == 2 { panic!("boom") } else { i }).print();
+/// let error = env.execute("fails").unwrap_err();
+/// assert_eq!(format!("{error:?}"), error.to_string());
+/// assert!(error.to_string().contains("(subtask 1/1) failed: "), "{error}");
+/// # Ok::<(), WeirError>(())
+/// ```
+#[derive(thiserror::Error)]
 pub enum WeirError {
     /// Invalid configuration.
     #[error(transparent)]
@@ -197,12 +252,15 @@ pub enum WeirError {
     #[error(transparent)]
     Graph(#[from] GraphError),
     /// An operator, source or sink could not be instantiated.
-    #[error("cannot create operator `{operator}` (subtask {subtask}): {cause}")]
+    #[error(
+        "cannot create operator `{operator}` ({}): {cause}",
+        subtask.map_or_else(|| "its split enumerator".to_string(), |s| format!("subtask {s}"))
+    )]
     Setup {
         /// The operator's name.
         operator: String,
-        /// Zero-based subtask index.
-        subtask: u32,
+        /// The subtask, or `None` for a source's split enumerator.
+        subtask: Option<SubtaskDisplay>,
         /// Why.
         cause: BoxError,
     },
@@ -246,6 +304,23 @@ pub enum WeirError {
     /// The runtime itself broke an invariant (a bug in Weir).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl fmt::Debug for WeirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl WeirError {
+    /// The malformed record the job failed on, if it failed on one (the file and line, or
+    /// the topic, partition and offset; the column; the raw record).
+    pub fn malformed_record(&self) -> Option<&crate::connectors::malformed::MalformedRecord> {
+        match self {
+            WeirError::JobFailed { failure, .. } => failure.cause.malformed_record(),
+            _ => None,
+        }
+    }
 }
 
 /// Renders a panic payload as text.

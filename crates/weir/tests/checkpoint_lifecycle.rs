@@ -615,8 +615,8 @@ fn a_corrupt_restore_point_is_an_error() {
     let client = env.execute_async("corrupt restore").unwrap();
     std::thread::sleep(Duration::from_millis(150));
     let (savepoint, _) = client.stop_with_savepoint().unwrap();
-    damage(Path::new(&savepoint), Damage::NewestStateFiles);
-    let env = StreamExecutionEnvironment::new(config().with_restore(&savepoint, false)).unwrap();
+    damage(savepoint.path(), Damage::NewestStateFiles);
+    let env = StreamExecutionEnvironment::new(config().with_restore(&savepoint)).unwrap();
     build(&env);
     let err = env.execute("corrupt restore").unwrap_err();
     let text = err.to_string();

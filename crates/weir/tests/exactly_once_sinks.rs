@@ -97,12 +97,10 @@ fn hidden_files(dir: &Path) -> Vec<String> {
 #[test]
 fn two_phase_commit_file_sink_is_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = FileSink::<String>::lines(dir.path())
-        .with_rolling_policy(RollingPolicy {
-            max_part_size: Some(4 * 1024),
-            rollover_interval: None,
-        })
-        .build();
+    let sink = FileSink::<String>::lines(dir.path()).with_rolling_policy(RollingPolicy {
+        max_part_size: Some(4 * 1024),
+        rollover_interval: None,
+    });
     run_into(sink);
     if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(dir.path()))) {
         panic!("{d}");
@@ -144,7 +142,7 @@ fn readers_never_see_partial_or_uncommitted_files() {
         }
         seen.len()
     });
-    run_into(FileSink::<String>::lines(dir.path()).build());
+    run_into(FileSink::<String>::lines(dir.path()));
     assert!(
         watcher.join().unwrap() > 0,
         "the watcher saw committed files while the job ran"
@@ -209,12 +207,10 @@ fn file_sink_rolls_parts_by_age() {
     )
     .map(|i: u64| i.to_string())
     .sink_to(
-        FileSink::<String>::lines(dir.path())
-            .with_rolling_policy(RollingPolicy {
-                max_part_size: None,
-                rollover_interval: Some(Duration::from_millis(30)),
-            })
-            .build(),
+        FileSink::<String>::lines(dir.path()).with_rolling_policy(RollingPolicy {
+            max_part_size: None,
+            rollover_interval: Some(Duration::from_millis(30)),
+        }),
         "output",
     );
     env.execute("rolling").unwrap();
@@ -229,7 +225,7 @@ fn file_sink_rolls_parts_by_age() {
 fn file_sink_transactions_survive_rescaling_through_savepoints() {
     let out = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
-    let config = |parallelism: u32, restore: Option<&str>| {
+    let config = |parallelism: u32, restore: Option<&weir::Savepoint>| {
         let mut config = ExecutionConfig::default()
             .with_parallelism(parallelism)
             .with_buffer_size(64)
@@ -240,8 +236,8 @@ fn file_sink_transactions_survive_rescaling_through_savepoints() {
                         checkpoints.path().to_path_buf(),
                     )),
             );
-        if let Some(path) = restore {
-            config = config.with_restore(path, false);
+        if let Some(savepoint) = restore {
+            config = config.with_restore(savepoint);
         }
         config
     };
@@ -256,19 +252,19 @@ fn file_sink_transactions_survive_rescaling_through_savepoints() {
         .uid("count")
         .map(|(k, n): (u64, u64)| format!("{k},{n}"))
         .uid("format")
-        .sink_to(FileSink::<String>::lines(out.path()).build(), "output")
+        .sink_to(FileSink::<String>::lines(out.path()), "output")
         .uid("files");
     };
-    let mut restore: Option<String> = None;
+    let mut restore: Option<weir::Savepoint> = None;
     for parallelism in [2, 3] {
-        let env = StreamExecutionEnvironment::new(config(parallelism, restore.as_deref())).unwrap();
+        let env = StreamExecutionEnvironment::new(config(parallelism, restore.as_ref())).unwrap();
         build(&env);
         let client = env.execute_async("rescale files").unwrap();
         std::thread::sleep(Duration::from_millis(150));
         let (savepoint, _) = client.stop_with_savepoint().unwrap();
         restore = Some(savepoint);
     }
-    let env = StreamExecutionEnvironment::new(config(1, restore.as_deref())).unwrap();
+    let env = StreamExecutionEnvironment::new(config(1, restore.as_ref())).unwrap();
     build(&env);
     env.execute("rescale files").unwrap();
     if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(out.path()))) {

@@ -155,9 +155,23 @@ fn configuring_a_union_is_rejected() {
     let a = env.generate(10, |i| i);
     let b = env.generate(10, |i| i);
     a.union(&b).name("not an operator");
+    let line = line!() - 1;
     let err = env.explain("misuse").unwrap_err();
     assert!(
-        err.to_string().contains("name() applies to an operator"),
+        err.to_string().contains(&format!(
+            "`.name()` at {}:{line} applies to an operator",
+            file!()
+        )),
+        "{err}"
+    );
+    // After a repartitioning, too, the error points at the call.
+    let env = self::env(1);
+    env.generate(10, |i| i).rebalance().uid("misplaced");
+    let line = line!() - 1;
+    let err = env.execute("misuse").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("`.uid()` at {}:{line}", file!())),
         "{err}"
     );
 }

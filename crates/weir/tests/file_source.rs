@@ -12,7 +12,10 @@ use std::time::Duration;
 use common::{committed, diff, failover_config, multiset, CommittingSink};
 use serde::{Deserialize, Serialize};
 use weir::connectors::file_reader::{RawRecord, RecordLocation};
-use weir::connectors::file_source::{FileFormat, FileSource, MalformedPolicy, MalformedRecord};
+use weir::connectors::file_source::{FileFormat, FileSource};
+use weir::connectors::malformed::{
+    DecodeError, MalformedRecord, MalformedRecordPolicy, RecordOrigin,
+};
 use weir::{ExecutionConfig, StreamExecutionEnvironment, WeirError};
 
 fn new_env(parallelism: u32) -> StreamExecutionEnvironment {
@@ -67,18 +70,18 @@ fn lines_know_their_numbers_and_may_be_longer_than_the_read_buffer() {
     let path = path.display().to_string();
     let parse = |raw: RawRecord<'_>, _: &RecordLocation<'_>| match raw {
         RawRecord::Line(line) => std::str::from_utf8(line)
-            .map_err(|e| e.to_string())
+            .map_err(|e| DecodeError::new(e.to_string()))
             .and_then(|text| match text.bytes().all(|b| b.is_ascii_digit()) {
                 true => Ok(text.len()),
-                false => Err(format!("{text:?} is not a number")),
+                false => Err(DecodeError::new(format!("{text:?} is not a number"))),
             }),
-        RawRecord::Csv { .. } => Err("not a line".to_string()),
+        RawRecord::Csv { .. } => Err(DecodeError::new("not a line")),
     };
     let env = new_env(1);
     let kept = env
         .from_source(
             FileSource::with_decoder(&path, FileFormat::Lines, Arc::new(parse))
-                .on_malformed(MalformedPolicy::Skip),
+                .on_malformed(MalformedRecordPolicy::Skip),
             "numbers",
         )
         .collect();
@@ -128,7 +131,9 @@ fn csv_reads_as_the_csv_crate_reads_it() {
         let env = new_env(1);
         let out = env
             .from_source(
-                FileSource::<Vec<String>>::csv(path.display().to_string()).has_header(false),
+                FileSource::<Vec<String>>::csv(path.display().to_string())
+                    .has_header(false)
+                    .flexible(),
                 "random",
             )
             .collect();
@@ -201,7 +206,7 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
     let env = new_env(1);
     let kept = env
         .from_source(
-            FileSource::<Person>::csv(&path).on_malformed(MalformedPolicy::Skip),
+            FileSource::<Person>::csv(&path).on_malformed(MalformedRecordPolicy::Skip),
             "people",
         )
         .collect();
@@ -210,21 +215,30 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
 
     let env = new_env(1);
     let rows = env.from_source(
-        FileSource::<Result<Person, MalformedRecord>>::csv_with_dead_letters(&path),
+        FileSource::<Person>::csv(&path).with_dead_letters(),
         "people",
     );
     let good = rows
-        .flat_map(|r: Result<Person, MalformedRecord>| r.ok())
+        .flat_map_iter(|r: Result<Person, MalformedRecord>| r.ok())
         .collect();
     let dead = rows
-        .flat_map(|r: Result<Person, MalformedRecord>| r.err())
+        .flat_map_iter(|r: Result<Person, MalformedRecord>| r.err())
         .collect();
-    env.execute("dead letters").unwrap();
+    let result = env.execute("dead letters").unwrap();
     assert_eq!(good.take().len(), 2);
     let dead = dead.take();
     assert_eq!(dead.len(), 1);
-    assert_eq!((dead[0].line, dead[0].raw.as_str()), (3, "bob,old"));
-    assert!(dead[0].file.ends_with("people.csv"));
+    assert_eq!(dead[0].raw.as_str(), "bob,old");
+    assert!(
+        matches!(&dead[0].origin, RecordOrigin::File { file, line: 3 } if file.ends_with("people.csv")),
+        "{:?}",
+        dead[0]
+    );
+    let source = result.operator("Source: people").unwrap();
+    assert_eq!(
+        (source.records_skipped, source.records_dead_lettered),
+        (0, 1)
+    );
 }
 
 #[test]

@@ -161,8 +161,9 @@ fn union_merges_both_inputs() {
 fn flat_map_filter_and_fan_out() {
     let env = env(2);
     let words = env.from_collection(vec!["a b c".to_string(), "d e".to_string()]);
-    let split =
-        words.flat_map(|line: String| line.split(' ').map(str::to_string).collect::<Vec<_>>());
+    let split = words.flat_map(|line: String, out: &mut Collector<'_, String>| {
+        line.split(' ').for_each(|w| out.collect(w.to_string()))
+    });
     let not_c = split.filter(|w| w != "c").collect();
     let all = split.map(|w| w.to_uppercase()).collect();
     let result = env.execute("fan out").unwrap();

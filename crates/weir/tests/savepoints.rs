@@ -19,7 +19,11 @@ fn key_of(i: u64) -> u64 {
     mix(i) % 101
 }
 
-fn config(parallelism: u32, dir: &std::path::Path, restore: Option<&str>) -> ExecutionConfig {
+fn config(
+    parallelism: u32,
+    dir: &std::path::Path,
+    restore: Option<&weir::Savepoint>,
+) -> ExecutionConfig {
     let mut config = ExecutionConfig::default()
         .with_parallelism(parallelism)
         .with_buffer_size(64)
@@ -29,8 +33,8 @@ fn config(parallelism: u32, dir: &std::path::Path, restore: Option<&str>) -> Exe
                 .with_interval(Duration::from_millis(50))
                 .with_storage(CheckpointStorageConfig::FileSystem(dir.to_path_buf())),
         );
-    if let Some(path) = restore {
-        config = config.with_restore(path, false);
+    if let Some(savepoint) = restore {
+        config = config.with_restore(savepoint);
     }
     config
 }
@@ -70,9 +74,9 @@ fn expected() -> HashMap<(u64, u64), usize> {
 fn run_until_stopped(
     parallelism: u32,
     dir: &std::path::Path,
-    restore: Option<&str>,
+    restore: Option<&weir::Savepoint>,
     store: &CommittedStore<(u64, u64)>,
-) -> String {
+) -> weir::Savepoint {
     let env = StreamExecutionEnvironment::new(config(parallelism, dir, restore)).unwrap();
     build(
         &env,
@@ -85,7 +89,7 @@ fn run_until_stopped(
     std::thread::sleep(Duration::from_millis(250));
     let (path, result) = client.stop_with_savepoint().unwrap();
     assert_eq!(result.status, weir::JobStatus::Stopped);
-    assert_eq!(result.savepoint.as_deref(), Some(path.as_str()));
+    assert_eq!(result.savepoint.as_ref(), Some(&path));
     path
 }
 
@@ -94,10 +98,7 @@ fn savepoints_restore_at_parallelism_2_then_3_then_1() {
     let dir = tempfile::tempdir().unwrap();
     let (_, store) = CommittingSink::<(u64, u64)>::new();
     let first = run_until_stopped(2, dir.path(), None, &store);
-    assert!(
-        std::path::Path::new(&first).join("_metadata").exists(),
-        "{first}"
-    );
+    assert!(first.path().join("_metadata").exists(), "{first}");
     let second = run_until_stopped(3, dir.path(), Some(&first), &store);
     let env = StreamExecutionEnvironment::new(config(1, dir.path(), Some(&second))).unwrap();
     build(
@@ -114,7 +115,7 @@ fn savepoints_restore_at_parallelism_2_then_3_then_1() {
         panic!("2 -> 3 -> 1 differs from an uninterrupted run: {d}");
     }
     // Savepoints are the user's: never discarded.
-    assert!(std::path::Path::new(&first).exists() && std::path::Path::new(&second).exists());
+    assert!(first.path().exists() && second.path().exists());
 }
 
 #[test]
@@ -136,7 +137,10 @@ fn state_of_a_missing_uid_is_an_error_unless_allowed() {
     assert!(matches!(err, WeirError::Restore { .. }), "{err}");
     assert!(err.to_string().contains("\"count\""), "{err}");
     let mut allowed = config(2, dir.path(), None);
-    allowed = allowed.with_restore(savepoint, true);
+    allowed = allowed.with_restore(
+        weir::RestoreSettings::from(&savepoint)
+            .with_non_restored_state(weir::NonRestoredState::Drop),
+    );
     let env = StreamExecutionEnvironment::new(allowed).unwrap();
     build(
         &env,
@@ -156,8 +160,13 @@ fn trigger_savepoint_while_running() {
     build(&env, sink, false);
     let client = env.execute_async("savepoint").unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    let path = client.trigger_savepoint().unwrap();
-    assert!(path.contains("savepoint-"), "{path}");
+    let savepoint = client.trigger_savepoint().unwrap();
+    assert!(
+        savepoint
+            .location()
+            .ends_with(&format!("savepoint-{}", savepoint.checkpoint_id())),
+        "{savepoint}"
+    );
     let history = client.checkpoint_history().unwrap();
     assert!(history
         .recent
@@ -165,7 +174,7 @@ fn trigger_savepoint_while_running() {
         .any(|s| s.kind == weir::runtime::stream_element::SnapshotType::Savepoint));
     let result = client.wait().unwrap();
     assert_eq!(result.status, weir::JobStatus::Finished);
-    assert!(std::path::Path::new(&path).join("_metadata").exists());
+    assert!(savepoint.path().join("_metadata").exists());
 }
 
 #[test]
@@ -180,10 +189,63 @@ fn savepoint_without_checkpoint_storage_is_refused() {
     let client = env.execute_async("no checkpoints").unwrap();
     let err = client.trigger_savepoint().unwrap_err();
     assert!(
-        err.to_string().contains("checkpointing is not enabled"),
+        err.to_string().contains("savepoints need a directory"),
         "{err}"
     );
     client.cancel().unwrap();
+}
+
+#[test]
+fn savepoints_need_no_periodic_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |restore: Option<&weir::Savepoint>| {
+        let mut config = ExecutionConfig::default()
+            .with_parallelism(2)
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_storage(CheckpointStorageConfig::directory(dir.path())),
+            );
+        if let Some(savepoint) = restore {
+            config = config.with_restore(savepoint);
+        }
+        config
+    };
+    let build = |env: &StreamExecutionEnvironment| {
+        env.from_source(
+            GeneratorSource::new(40_000, |i| i % 7).with_rate_limit(40_000.0),
+            "numbers",
+        )
+        .uid("numbers")
+        .key_by(|k: &u64| *k)
+        .count()
+        .uid("count")
+        .collect()
+    };
+    let env = StreamExecutionEnvironment::new(config(None)).unwrap();
+    assert_eq!(env.config().checkpoint.interval, None);
+    let first = build(&env);
+    let client = env.execute_async("savepoint only").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let savepoint = client.trigger_savepoint().unwrap();
+    assert!(savepoint.path().join("_metadata").is_file(), "{savepoint}");
+    let (stopped, result) = client.stop_with_savepoint().unwrap();
+    assert_eq!(result.status, weir::JobStatus::Stopped);
+    let counted_before = first.take().len();
+    assert!(counted_before < 40_000, "the job ended before the stop");
+
+    // The restored run continues the counts: every count from 1 to its key's total comes
+    // out once over both runs.
+    let env = StreamExecutionEnvironment::new(config(Some(&stopped))).unwrap();
+    let second = build(&env);
+    env.execute("savepoint only").unwrap();
+    let second = second.take();
+    assert_eq!(counted_before + second.len(), 40_000);
+    let mut finals = std::collections::BTreeMap::new();
+    for (key, n) in second {
+        let top = finals.entry(key).or_insert(0);
+        *top = n.max(*top);
+    }
+    assert_eq!(finals.values().sum::<u64>(), 40_000);
 }
 
 #[test]
@@ -196,7 +258,7 @@ fn restoring_a_savepoint_older_than_committed_output_is_refused_unless_allowed()
     std::thread::sleep(Duration::from_millis(100));
     // A savepoint commits nothing; the checkpoints after it do.
     let savepoint = client.trigger_savepoint().unwrap();
-    let id: u64 = savepoint.rsplit('-').next().unwrap().parse().unwrap();
+    let id = savepoint.checkpoint_id();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !client.checkpoint_history().unwrap().recent.iter().any(|s| {
         s.id > id

@@ -37,6 +37,9 @@ impl AggregateFunction<u64, (u64, u64), u64> for Average {
     fn get_result(&self, acc: &(u64, u64)) -> u64 {
         acc.0 / acc.1.max(1)
     }
+    fn merge(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+        (a.0 + b.0, a.1 + b.1)
+    }
 }
 
 fn max(a: u64, b: u64) -> u64 {
@@ -233,7 +236,7 @@ fn operator_list_state_is_split_and_union_state_is_broadcast_on_rescale() {
     std::thread::sleep(Duration::from_millis(200));
     let (savepoint, first) = client.stop_with_savepoint().unwrap();
     let processed_before = first.operator("Process").unwrap().records_in;
-    let env = StreamExecutionEnvironment::new(config(3).with_restore(&savepoint, false)).unwrap();
+    let env = StreamExecutionEnvironment::new(config(3).with_restore(&savepoint)).unwrap();
     build(&env);
     let client = env.execute_async("operator state").unwrap();
     std::thread::sleep(Duration::from_millis(100));

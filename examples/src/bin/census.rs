@@ -62,7 +62,12 @@ struct Args {
     stop_after_rows: u64,
 }
 
-fn main() -> Result<()> {
+/// Errors print as one line with their causes, never with a backtrace.
+fn main() -> std::process::ExitCode {
+    weir::cli::exit_code(run())
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -94,7 +94,7 @@ impl Census {
     pub fn verify_no_duplicates(&self) -> Result<u64, String> {
         let mut seen = std::collections::HashSet::new();
         let mut lines = 0;
-        for file in weir::connectors::file_sink::committed_files(&self.output())
+        for file in weir::connectors::file_sink::committed_files(self.output())
             .map_err(|e| e.to_string())?
         {
             let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;

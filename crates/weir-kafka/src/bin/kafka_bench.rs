@@ -40,7 +40,12 @@ struct Args {
     no_verify: bool,
 }
 
-fn main() -> Result<()> {
+/// Errors print as one line with their causes, never with a backtrace.
+fn main() -> std::process::ExitCode {
+    weir::cli::exit_code(run())
+}
+
+fn run() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -328,18 +328,9 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                     return Ok(());
                 }
                 if self.context.is_checkpointing() {
-                    // The final checkpoint commits what is pending; records after it (emitted
-                    // when the input ended) could no longer be committed exactly once.
-                    if t.current
-                        .as_ref()
-                        .is_some_and(|open| !open.records.is_empty())
-                    {
-                        return Err(KafkaError::Config(format!(
-                            "records for the Kafka sink `{}` arrived after the final checkpoint and cannot be committed exactly once",
-                            self.context.operator_name()
-                        ))
-                        .into());
-                    }
+                    // The final checkpoint's barrier follows the end of input: it flushes the
+                    // open transaction — with what operators emitted when their input ended —
+                    // and its completion commits it (FLIP-147).
                     return Ok(());
                 }
                 // Without checkpoints nothing is replayed: commit everything now.

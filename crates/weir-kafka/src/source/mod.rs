@@ -11,12 +11,12 @@ pub mod starting_offsets;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::connectors::file_source::MalformedPolicy;
+use weir::connectors::malformed::{MalformedRecord, MalformedRecordPolicy};
 use weir::connectors::source::{Boundedness, Source, SourceReaderContext};
 use weir::{BoxError, Record};
 
 use crate::client_config::KafkaConnection;
-use crate::deserializer::{KafkaRecordDeserializer, MalformedKafkaRecord, WithDeadLetters};
+use crate::deserializer::KafkaRecordDeserializer;
 use crate::error::KafkaError;
 pub use enumerator::{KafkaEnumeratorState, KafkaSourceEnumerator};
 pub use reader::KafkaSourceReader;
@@ -50,7 +50,9 @@ pub(crate) struct SourceSettings<T> {
     pub bounded: bool,
     pub discovery_interval: Option<Duration>,
     pub deserializer: Arc<dyn KafkaRecordDeserializer<T>>,
-    pub malformed: MalformedPolicy,
+    pub malformed: MalformedRecordPolicy,
+    /// Turns a malformed record into a stream record (`Err`) when dead letters are on.
+    pub dead_letter: Option<fn(MalformedRecord) -> T>,
     pub commit_offsets_on_checkpoint: bool,
     pub rate_limit: Option<f64>,
 }
@@ -74,7 +76,8 @@ impl<T: Record> KafkaSource<T> {
             bounded: false,
             discovery_interval: Some(Duration::from_secs(30)),
             deserializer: Arc::new(deserializer),
-            malformed: MalformedPolicy::Fail,
+            malformed: MalformedRecordPolicy::Fail,
+            dead_letter: None,
             commit_offsets_on_checkpoint: true,
             rate_limit: None,
         }
@@ -90,14 +93,15 @@ pub struct KafkaSourceBuilder<T> {
     bounded: bool,
     discovery_interval: Option<Duration>,
     deserializer: Arc<dyn KafkaRecordDeserializer<T>>,
-    malformed: MalformedPolicy,
+    malformed: MalformedRecordPolicy,
+    dead_letter: Option<fn(MalformedRecord) -> T>,
     commit_offsets_on_checkpoint: bool,
     rate_limit: Option<f64>,
 }
 
 impl<T: Record> KafkaSourceBuilder<T> {
     /// Reads at most `records_per_second` over all subtasks (for demos and tests).
-    pub fn rate_limit(mut self, records_per_second: f64) -> Self {
+    pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.rate_limit = Some(records_per_second);
         self
     }
@@ -139,8 +143,9 @@ impl<T: Record> KafkaSourceBuilder<T> {
         self.discovery_interval = interval;
         self
     }
-    /// What to do with records the deserializer rejects (default: fail the job).
-    pub fn malformed_records(mut self, policy: MalformedPolicy) -> Self {
+    /// What to do with records the deserializer rejects (default: fail the job, naming the
+    /// topic, partition and offset).
+    pub fn on_malformed(mut self, policy: MalformedRecordPolicy) -> Self {
         self.malformed = policy;
         self
     }
@@ -162,8 +167,10 @@ impl<T: Record> KafkaSourceBuilder<T> {
         self
     }
 
-    /// Passes malformed records on as `Err` (dead letters) instead of failing or skipping.
-    pub fn with_dead_letters(self) -> KafkaSourceBuilder<Result<T, MalformedKafkaRecord>> {
+    /// Passes malformed records on as `Err` (dead letters) instead of failing or skipping,
+    /// as the file source's `with_dead_letters` does.
+    pub fn with_dead_letters(self) -> KafkaSourceBuilder<Result<T, MalformedRecord>> {
+        let deserializer = self.deserializer;
         KafkaSourceBuilder {
             connection: self.connection,
             subscription: self.subscription,
@@ -171,8 +178,11 @@ impl<T: Record> KafkaSourceBuilder<T> {
             starting_offsets: self.starting_offsets,
             bounded: self.bounded,
             discovery_interval: self.discovery_interval,
-            deserializer: Arc::new(WithDeadLetters(self.deserializer)),
+            deserializer: Arc::new(move |record: &crate::deserializer::ConsumedRecord<'_>| {
+                deserializer.deserialize(record).map(Ok)
+            }),
             malformed: self.malformed,
+            dead_letter: Some(Err),
             commit_offsets_on_checkpoint: self.commit_offsets_on_checkpoint,
             rate_limit: self.rate_limit,
         }
@@ -228,6 +238,7 @@ impl<T: Record> KafkaSourceBuilder<T> {
                 },
                 deserializer: self.deserializer,
                 malformed: self.malformed,
+                dead_letter: self.dead_letter,
                 commit_offsets_on_checkpoint: self.commit_offsets_on_checkpoint,
                 rate_limit: self.rate_limit,
             }),

@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use weir::connectors::file_source::MalformedPolicy;
+use weir::connectors::malformed::{MalformedRecord, MalformedRecordHandler};
 use weir::connectors::rate_limiter::RateLimiter;
 use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
 use weir::{BoxError, Collector};
@@ -31,7 +31,7 @@ pub struct KafkaSourceReader<T> {
     splits: BTreeMap<(String, i32), KafkaPartitionSplit>,
     assignment_changed: bool,
     no_more_splits: bool,
-    skipped: u64,
+    malformed: MalformedRecordHandler<T>,
     /// Positions per checkpoint, committed to the group when the checkpoint completes.
     offsets_to_commit: BTreeMap<u64, Vec<(String, i32, i64)>>,
     /// End positions of bounded splits read to their end, still to be committed.
@@ -66,6 +66,11 @@ impl<T> KafkaSourceReader<T> {
             .create()
             .map_err(|e| KafkaError::client("creating the source reader's consumer", e))?;
         let limiter = RateLimiter::new(settings.rate_limit, context.parallelism());
+        let malformed = MalformedRecordHandler::new(
+            settings.malformed,
+            settings.dead_letter,
+            context.malformed_record_counters(),
+        );
         Ok(Self {
             settings,
             context,
@@ -73,7 +78,7 @@ impl<T> KafkaSourceReader<T> {
             splits: BTreeMap::new(),
             assignment_changed: false,
             no_more_splits: false,
-            skipped: 0,
+            malformed,
             offsets_to_commit: BTreeMap::new(),
             finished: BTreeMap::new(),
             limiter,
@@ -197,26 +202,20 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 key: message.key(),
                 value: message.payload(),
             };
-            match self.settings.deserializer.deserialize(&record) {
-                Ok(value) => {
-                    output.collect(value);
-                    emitted += 1;
-                }
-                Err(reason) => match self.settings.malformed {
-                    MalformedPolicy::Fail => {
-                        return Err(KafkaError::Deserialize {
-                            topic: record.topic.to_string(),
-                            partition: record.partition,
-                            offset,
-                            message: reason,
-                        }
-                        .into())
-                    }
-                    MalformedPolicy::Skip => {
-                        self.skipped += 1;
-                        tracing::warn!(topic = record.topic, partition = record.partition, offset, %reason, skipped = self.skipped, "skipping malformed Kafka record");
-                    }
-                },
+            let decoded = match self.settings.deserializer.deserialize(&record) {
+                Ok(value) => Some(value),
+                Err(error) => self.malformed.handle(MalformedRecord {
+                    origin: record.origin(),
+                    error,
+                    raw: record
+                        .value
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default(),
+                })?,
+            };
+            if let Some(value) = decoded {
+                output.collect(value);
+                emitted += 1;
             }
         }
         self.limiter.record(emitted as u64);

@@ -18,11 +18,11 @@ use crate::record::{Key, Record};
 use crate::runtime::key_selector::{FnKeySelector, KeyGroupOf, KeySelector};
 use crate::runtime::operator_factory::{FnOperatorFactory, NodeFactory};
 use crate::runtime::operators::filter::FilterOperator;
-use crate::runtime::operators::flat_map::FlatMapOperator;
+use crate::runtime::operators::flat_map::{FlatMapIterOperator, FlatMapOperator};
 use crate::runtime::operators::map::MapOperator;
 use crate::runtime::operators::process::ProcessOperator;
 use crate::runtime::operators::sink_writer::SinkWriterOperator;
-use crate::runtime::output::Output;
+use crate::runtime::output::{Collector, Output};
 use crate::runtime::stream_type::{SharedAny, TypeOf};
 use crate::runtime::task::OperatorSetup;
 
@@ -32,6 +32,22 @@ use crate::runtime::task::OperatorSetup;
 /// Methods that add an operator (`map`, `filter`, …) take `&self`, so one stream can feed
 /// several operators. Methods that configure the operator just added (`name`, `uid`,
 /// `parallelism`, …) take and return `self`.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// let numbers: DataStream<u64> = env.generate(10, |i| i);
+/// let evens = numbers.filter(|n| n % 2 == 0).name("evens");
+/// let tens = evens.map(|n| n * 10).name("times ten").collect();
+/// let odds = numbers.filter(|n| n % 2 == 1).collect(); // one stream feeds two operators
+/// env.execute("streams")?;
+/// let (mut tens, mut odds) = (tens.take(), odds.take());
+/// tens.sort();
+/// odds.sort();
+/// assert_eq!(tens, vec![0, 20, 40, 60, 80]);
+/// assert_eq!(odds, vec![1, 3, 5, 7, 9]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct DataStream<T> {
     pub(crate) builder: Rc<RefCell<GraphBuilder>>,
     pub(crate) upstreams: Vec<Upstream>,
@@ -48,18 +64,25 @@ impl<T> Clone for DataStream<T> {
     }
 }
 
-/// Settings of an operator, applied to the node a stream or sink handle refers to.
+/// Settings of an operator, applied to the node a stream or sink handle refers to. A
+/// misuse is reported with the place in the user's code where the setting was written.
+#[track_caller]
 pub(crate) fn configure_node(
     builder: &Rc<RefCell<GraphBuilder>>,
     node: Option<NodeId>,
     setting: &str,
     f: impl FnOnce(&mut PendingNode),
 ) {
+    let location = std::panic::Location::caller();
     let mut builder = builder.borrow_mut();
     match node {
         Some(node) => f(builder.node_mut(node)),
         None => builder.error(GraphError::InvalidApiUse(format!(
-            "{setting}() applies to an operator; it cannot be set on a union or a repartitioned stream"
+            "`.{setting}()` at {}:{} applies to an operator, not to a union or a repartitioned \
+             stream (after `rebalance()`, `forward()`, `broadcast()` or `union()`): set it on the \
+             operator before the repartitioning",
+            location.file(),
+            location.line()
         ))),
     }
 }
@@ -87,6 +110,7 @@ impl<T: Record> DataStream<T> {
         }
     }
 
+    #[track_caller]
     fn configure(self, setting: &str, f: impl FnOnce(&mut PendingNode)) -> Self {
         configure_node(&self.builder, self.own_node(), setting, f);
         self
@@ -148,8 +172,49 @@ impl<T: Record> DataStream<T> {
         )
     }
 
-    /// Emits every item `f` returns for each record.
-    pub fn flat_map<O, It, F>(&self, f: F) -> DataStream<O>
+    /// Calls `f` with each record and a [`Collector`] that takes any number of results
+    /// (Flink's `flatMap` with a `FlatMapFunction`).
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let words = env
+    ///     .from_collection(vec!["to be or".to_string(), "not".to_string()])
+    ///     .flat_map(|line: String, out: &mut Collector<'_, String>| {
+    ///         for word in line.split_whitespace() {
+    ///             out.collect(word.to_string());
+    ///         }
+    ///     })
+    ///     .collect();
+    /// env.execute("split")?;
+    /// assert_eq!(words.take(), vec!["to", "be", "or", "not"]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn flat_map<O, F>(&self, f: F) -> DataStream<O>
+    where
+        O: Record,
+        F: FnMut(T, &mut Collector<'_, O>) + Clone + Send + 'static,
+    {
+        self.add_operator(
+            "Flat Map",
+            OperatorKind::Operator,
+            false,
+            move |setup, out| Ok(Box::new(FlatMapOperator::new(setup, f.clone(), out))),
+        )
+    }
+
+    /// Emits every item of the collection `f` returns for each record: an `Option`, a
+    /// `Vec`, a `Result` (its `Ok`), any iterator that owns its items.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let evens = env.generate(6, |i| i).flat_map_iter(|i| (i % 2 == 0).then_some(i)).collect();
+    /// env.execute("evens")?;
+    /// assert_eq!(evens.take(), vec![0, 2, 4]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn flat_map_iter<O, It, F>(&self, f: F) -> DataStream<O>
     where
         O: Record,
         It: IntoIterator<Item = O>,
@@ -159,7 +224,7 @@ impl<T: Record> DataStream<T> {
             "Flat Map",
             OperatorKind::Operator,
             false,
-            move |setup, out| Ok(Box::new(FlatMapOperator::new(setup, f.clone(), out))),
+            move |setup, out| Ok(Box::new(FlatMapIterOperator::new(setup, f.clone(), out))),
         )
     }
 
@@ -216,23 +281,27 @@ impl<T: Record> DataStream<T> {
     }
 
     /// Names the operator (shown in plans, metrics and errors).
+    #[track_caller]
     pub fn name(self, name: &str) -> Self {
         let name = name.to_string();
         self.configure("name", |n| n.name = name)
     }
 
     /// Gives the operator a stable id that maps its state across versions of the job.
+    #[track_caller]
     pub fn uid(self, uid: &str) -> Self {
         let uid = uid.to_string();
         self.configure("uid", |n| n.uid = Some(uid))
     }
 
     /// Sets the operator's parallelism.
+    #[track_caller]
     pub fn parallelism(self, parallelism: u32) -> Self {
         self.configure("parallelism", |n| n.parallelism = Some(parallelism))
     }
 
     /// Sets the operator's number of key groups.
+    #[track_caller]
     pub fn max_parallelism(self, max_parallelism: u32) -> Self {
         self.configure("max_parallelism", |n| {
             n.max_parallelism = Some(max_parallelism)
@@ -240,11 +309,13 @@ impl<T: Record> DataStream<T> {
     }
 
     /// Keeps the operator out of any chain.
+    #[track_caller]
     pub fn disable_chaining(self) -> Self {
         self.configure("disable_chaining", |n| n.chaining = ChainingStrategy::Never)
     }
 
     /// Starts a new chain at the operator (its successors may still chain to it).
+    #[track_caller]
     pub fn start_new_chain(self) -> Self {
         self.configure("start_new_chain", |n| n.chaining = ChainingStrategy::Head)
     }
@@ -289,6 +360,20 @@ impl<T: Record> DataStream<T> {
 }
 
 /// A sink in the job, to configure it.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(4))?;
+/// let sink: DataStreamSink = env
+///     .generate(100, |i| i)
+///     .sink_to(DiscardingSink, "discard")
+///     .uid("discard")
+///     .parallelism(1);
+/// # let _ = sink;
+/// let plan = env.plan("sinks")?;
+/// assert_eq!(plan.stream_graph.nodes[1].parallelism, 1);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct DataStreamSink {
     builder: Rc<RefCell<GraphBuilder>>,
     node: Option<NodeId>,
@@ -296,18 +381,21 @@ pub struct DataStreamSink {
 
 impl DataStreamSink {
     /// Names the sink.
+    #[track_caller]
     pub fn name(self, name: &str) -> Self {
         let name = name.to_string();
         configure_node(&self.builder, self.node, "name", |n| n.name = name);
         self
     }
     /// Gives the sink a stable id.
+    #[track_caller]
     pub fn uid(self, uid: &str) -> Self {
         let uid = uid.to_string();
         configure_node(&self.builder, self.node, "uid", |n| n.uid = Some(uid));
         self
     }
     /// Sets the sink's parallelism.
+    #[track_caller]
     pub fn parallelism(self, parallelism: u32) -> Self {
         configure_node(&self.builder, self.node, "parallelism", |n| {
             n.parallelism = Some(parallelism)
@@ -315,6 +403,7 @@ impl DataStreamSink {
         self
     }
     /// Keeps the sink out of any chain.
+    #[track_caller]
     pub fn disable_chaining(self) -> Self {
         configure_node(&self.builder, self.node, "disable_chaining", |n| {
             n.chaining = ChainingStrategy::Never

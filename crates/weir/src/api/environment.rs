@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use crate::api::data_stream::DataStream;
 use crate::api::graph_builder::{GraphBuilder, PendingNode};
@@ -60,6 +61,30 @@ impl StreamExecutionEnvironment {
     /// The job's configuration.
     pub fn config(&self) -> ExecutionConfig {
         self.builder.borrow().config.clone()
+    }
+
+    /// Takes a checkpoint every `interval` (Flink's `enableCheckpointing`), exactly once,
+    /// into the configured checkpoint storage (in memory unless a directory is set). The
+    /// configuration is checked when the job is executed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::local();
+    /// env.enable_checkpointing(Duration::from_secs(1)).set_parallelism(2);
+    /// assert_eq!(env.config().checkpoint.interval, Some(Duration::from_secs(1)));
+    /// assert_eq!(env.config().parallelism, 2);
+    /// ```
+    pub fn enable_checkpointing(&self, interval: Duration) -> &Self {
+        self.builder.borrow_mut().config.checkpoint.interval = Some(interval);
+        self
+    }
+
+    /// Sets the default parallelism of operators that do not set their own (Flink's
+    /// `setParallelism`); checked when the job is executed.
+    pub fn set_parallelism(&self, parallelism: u32) -> &Self {
+        self.builder.borrow_mut().config.parallelism = parallelism;
+        self
     }
 
     /// Adds a source.

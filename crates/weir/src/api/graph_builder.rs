@@ -82,7 +82,8 @@ pub(crate) struct GraphBuilder {
     nodes: Vec<PendingNode>,
     edges: Vec<PendingEdge>,
     errors: Vec<GraphError>,
-    executed: bool,
+    /// The name of the job this builder handed over for execution, once it did.
+    executed: Option<String>,
 }
 
 impl GraphBuilder {
@@ -92,7 +93,7 @@ impl GraphBuilder {
             nodes: Vec::new(),
             edges: Vec::new(),
             errors: Vec::new(),
-            executed: false,
+            executed: None,
         }
     }
 
@@ -103,11 +104,9 @@ impl GraphBuilder {
 
     /// Adds an operator fed by `inputs`.
     pub fn add_node(&mut self, node: PendingNode, inputs: &[Upstream]) -> NodeId {
-        if self.executed {
-            self.error(GraphError::InvalidApiUse(
-                "this environment already executed its job; build the next job in a new environment"
-                    .into(),
-            ));
+        if let Some(job) = &self.executed {
+            let job = job.clone();
+            self.error(GraphError::AlreadyExecuted { job });
         }
         let id = NodeId(self.nodes.len() as u32);
         self.nodes.push(node);
@@ -135,6 +134,9 @@ impl GraphBuilder {
 
     /// The StreamGraph with defaults applied and partitioners resolved, validated.
     pub fn stream_graph(&self, job_name: &str) -> Result<StreamGraph, WeirError> {
+        if let Some(job) = &self.executed {
+            return Err(GraphError::AlreadyExecuted { job: job.clone() }.into());
+        }
         if let Some(first) = self.errors.first() {
             return Err(first.clone().into());
         }
@@ -212,8 +214,9 @@ impl GraphBuilder {
 
     /// Hands the job over for execution; the builder cannot be used afterwards.
     pub fn take_definition(&mut self, job_name: &str) -> Result<JobDefinition, WeirError> {
+        self.config.validate()?;
         let plan = self.plan(job_name)?;
-        self.executed = true;
+        self.executed = Some(job_name.to_string());
         let key_selectors = self
             .edges
             .drain(..)

@@ -3,17 +3,35 @@
 use std::sync::Arc;
 
 use crate::api::data_stream::DataStream;
-use crate::api::functions::KeyedProcessFunction;
+use crate::api::functions::{AggregateFunction, KeyedProcessFunction};
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::keyed_process::KeyedProcessOperator;
 use crate::runtime::operators::rolling_aggregate::{
-    CountAggregator, ReduceAggregator, RollingAggregateOperator, RollingAggregator, SumAggregator,
+    CountAggregator, FunctionAggregator, ReduceAggregator, RollingAggregateOperator,
+    RollingAggregator, SumAggregator,
 };
 
 /// A stream whose records are routed by key, so that each key's records and state live in
 /// exactly one subtask. Made by [`DataStream::key_by`].
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// let keyed: KeyedStream<(String, u64), String> = env
+///     .from_collection(vec![("a".to_string(), 3), ("b".to_string(), 1), ("a".to_string(), 4)])
+///     .key_by(|(k, _): &(String, u64)| k.clone());
+/// let largest = keyed
+///     .reduce(|a, b| if b.1 > a.1 { b } else { a })
+///     .name("largest so far")
+///     .collect();
+/// env.execute("reduce")?;
+/// let mut largest = largest.take();
+/// largest.sort();
+/// assert_eq!(largest, vec![("a".into(), 3), ("a".into(), 4), ("b".into(), 1)]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct KeyedStream<T, K> {
     stream: DataStream<T>,
     selector: Arc<dyn KeySelector<T, Key = K>>,
@@ -24,9 +42,9 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
         Self { stream, selector }
     }
 
-    /// Applies a rolling aggregation: per key, updates an accumulator with each record and
-    /// emits the updated result.
-    pub fn aggregate<A>(&self, name: &str, aggregator: A) -> DataStream<A::Output>
+    /// A rolling aggregation: per key, updates an accumulator with each record and emits
+    /// the updated result.
+    fn rolling<A>(&self, name: &str, aggregator: A) -> DataStream<A::Output>
     where
         A: RollingAggregator<K, T>,
         A::Output: Record,
@@ -43,9 +61,21 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
             })
     }
 
+    /// Aggregates each key's records with `function` (an [`AggregateFunction`]), emitting
+    /// `(key, result)` after each record. The accumulator is keyed state, in every
+    /// checkpoint. Name the operator with `.name()`.
+    pub fn aggregate<ACC, OUT, A>(&self, function: A) -> DataStream<(K, OUT)>
+    where
+        ACC: Record,
+        OUT: Record,
+        A: AggregateFunction<T, ACC, OUT>,
+    {
+        self.rolling("Keyed Aggregate", FunctionAggregator::new(function))
+    }
+
     /// Emits `(key, records of this key so far)` for each record.
     pub fn count(&self) -> DataStream<(K, u64)> {
-        self.aggregate("Keyed Count", CountAggregator)
+        self.rolling("Keyed Count", CountAggregator)
     }
 
     /// Emits `(key, running sum of field(record))` for each record.
@@ -54,12 +84,12 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
         V: Record + std::ops::AddAssign,
         F: FnMut(&T) -> V + Clone + Send + 'static,
     {
-        self.aggregate("Keyed Sum", SumAggregator::new(field))
+        self.rolling("Keyed Sum", SumAggregator::new(field))
     }
 
     /// Folds each key's records with `f(accumulated, next)` and emits each new value.
     pub fn reduce<F: FnMut(T, T) -> T + Clone + Send + 'static>(&self, f: F) -> DataStream<T> {
-        self.aggregate("Keyed Reduce", ReduceAggregator::new(f))
+        self.rolling("Keyed Reduce", ReduceAggregator::new(f))
     }
 
     /// Runs a [`KeyedProcessFunction`] with the current key and keyed state.

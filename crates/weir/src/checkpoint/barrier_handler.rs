@@ -147,6 +147,7 @@ mod tests {
             timestamp_millis: 0,
             snapshot_type: SnapshotType::Checkpoint,
             is_final: false,
+            stop: None,
         }
     }
 

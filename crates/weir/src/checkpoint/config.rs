@@ -9,6 +9,17 @@ use crate::checkpoint::recovery::CorruptCheckpointPolicy;
 use crate::error::ConfigError;
 
 /// Guarantee that checkpoints give.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+/// // No alignment: lower latency under backpressure, but records may count twice after a recovery.
+/// let config = CheckpointConfig::default()
+///     .with_interval(Duration::from_secs(1))
+///     .with_mode(CheckpointingMode::AtLeastOnce);
+/// assert_eq!(config.mode, CheckpointingMode::AtLeastOnce);
+/// assert_eq!(CheckpointConfig::default().mode, CheckpointingMode::ExactlyOnce);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointingMode {
@@ -18,7 +29,18 @@ pub enum CheckpointingMode {
     AtLeastOnce,
 }
 
-/// Where checkpoints are written.
+/// Where checkpoints are written. In memory unless a directory is chosen, as Flink's
+/// default (`JobManagerCheckpointStorage`) is: Weir writes no directory the user did not
+/// name.
+///
+/// ```
+/// use weir::prelude::*;
+/// let config = CheckpointConfig::default()
+///     .with_interval(std::time::Duration::from_secs(1))
+///     .with_storage(CheckpointStorageConfig::directory("/var/lib/weir/checkpoints"));
+/// assert_eq!(CheckpointConfig::default().storage, CheckpointStorageConfig::Memory);
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointStorageConfig {
@@ -29,6 +51,10 @@ pub enum CheckpointStorageConfig {
 }
 
 impl CheckpointStorageConfig {
+    /// Under the directory `dir`: `<dir>/<job>/chk-<id>/`.
+    pub fn directory(dir: impl AsRef<std::path::Path>) -> Self {
+        CheckpointStorageConfig::FileSystem(dir.as_ref().to_path_buf())
+    }
     /// Under `dir` when given, else in memory.
     pub fn directory_or_memory(dir: Option<std::path::PathBuf>) -> Self {
         match dir {
@@ -40,6 +66,15 @@ impl CheckpointStorageConfig {
 
 /// What happens to retained checkpoints when the job is cancelled
 /// (Flink's `ExternalizedCheckpointRetention`).
+///
+/// ```
+/// use weir::prelude::*;
+/// // Keep the latest checkpoints when the job is cancelled, to resume it later.
+/// let config = CheckpointConfig::default()
+///     .with_storage(CheckpointStorageConfig::directory("/var/lib/weir/checkpoints"))
+///     .with_retention_on_cancel(RetentionOnCancel::Retain);
+/// assert_eq!(config.retention_on_cancel, RetentionOnCancel::Retain);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RetentionOnCancel {
@@ -50,6 +85,20 @@ pub enum RetentionOnCancel {
 }
 
 /// Checkpointing settings of a job.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+/// let checkpoints = CheckpointConfig::default()
+///     .with_interval(Duration::from_secs(10))
+///     .with_timeout(Duration::from_secs(60))
+///     .with_min_pause(Duration::from_secs(1))
+///     .with_tolerable_failures(3)
+///     .with_retained(2)
+///     .with_storage(CheckpointStorageConfig::directory("/var/lib/weir/checkpoints"));
+/// let config = ExecutionConfig::default().with_checkpointing(checkpoints);
+/// assert!(config.validate().is_ok());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointConfig {
     /// Time between two checkpoint triggers; `None` disables periodic checkpoints
@@ -95,7 +144,7 @@ impl Default for CheckpointConfig {
             tolerable_failures: 0,
             retained: 1,
             retention_on_cancel: RetentionOnCancel::Delete,
-            storage: CheckpointStorageConfig::FileSystem(PathBuf::from("weir-checkpoints")),
+            storage: CheckpointStorageConfig::Memory,
             local_recovery: None,
             corrupt_checkpoint_policy: CorruptCheckpointPolicy::Refuse,
         }
@@ -150,8 +199,8 @@ impl CheckpointConfig {
     }
 
     /// Keeps a second copy of every checkpoint file under `dir` (task-local recovery).
-    pub fn with_local_recovery(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.local_recovery = Some(dir.into());
+    pub fn with_local_recovery(mut self, dir: impl AsRef<std::path::Path>) -> Self {
+        self.local_recovery = Some(dir.as_ref().to_path_buf());
         self
     }
     /// Sets what recovery may do when the checkpoint it must restore is unusable.

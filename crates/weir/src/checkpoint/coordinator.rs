@@ -20,7 +20,7 @@ use crate::checkpoint::stats::{
 };
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
-use crate::runtime::stream_element::{CheckpointBarrier, SnapshotType};
+use crate::runtime::stream_element::{CheckpointBarrier, SnapshotType, StopMode};
 
 /// Who must acknowledge a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -257,6 +257,7 @@ impl CheckpointCoordinator {
             timestamp_millis,
             snapshot_type: kind,
             is_final: false,
+            stop: None,
         };
         self.next_id += 1;
         if kind == SnapshotType::Checkpoint {
@@ -279,6 +280,13 @@ impl CheckpointCoordinator {
     pub fn mark_final(&mut self, id: u64) -> Option<CheckpointBarrier> {
         let pending = self.pending.get_mut(&id)?;
         pending.barrier.is_final = true;
+        Some(pending.barrier)
+    }
+
+    /// Marks pending savepoint `id` as a stop-with-savepoint's: its barrier stops the job.
+    pub fn mark_stop(&mut self, id: u64, mode: StopMode) -> Option<CheckpointBarrier> {
+        let pending = self.pending.get_mut(&id)?;
+        pending.barrier.stop = Some(mode);
         Some(pending.barrier)
     }
 

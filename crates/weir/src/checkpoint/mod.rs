@@ -14,5 +14,6 @@ pub mod metadata;
 pub mod recovery;
 pub mod restart_strategy;
 pub mod restore;
+pub mod savepoint;
 pub mod stats;
 pub mod storage;

@@ -12,6 +12,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::ConfigError;
 
 /// Which restart strategy a job uses.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+/// let config = ExecutionConfig::default()
+///     .with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
+///     .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+///         attempts: 5,
+///         delay: Duration::from_secs(2),
+///     });
+/// assert!(config.validate().is_ok());
+/// // Without a strategy: restart when checkpointing, fail at once otherwise (Flink's default).
+/// assert_eq!(ExecutionConfig::default().effective_restart_strategy(), RestartStrategyConfig::None);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RestartStrategyConfig {

@@ -7,12 +7,33 @@ use crate::api::functions::RuntimeContext;
 use crate::connectors::sink::{Sink, SinkWriter};
 use crate::error::BoxError;
 
-/// The sink side; create it with [`collect_sink`].
+/// The sink side; create it with [`collect_sink`] (or use `stream.collect()`).
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::connectors::collect::collect_sink;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let (sink, handle) = collect_sink();
+/// env.generate(3, |i| i + 1).sink_to(sink, "collect");
+/// env.execute("collect")?;
+/// assert_eq!(handle.take(), vec![1, 2, 3]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct CollectSink<T> {
     tx: Sender<Vec<T>>,
 }
 
-/// The program's side: the records the sink received.
+/// The program's side: the records the sink received (see [`CollectSink`]).
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let handle: CollectHandle<u64> = env.generate(2, |i| i).collect();
+/// env.execute("collect")?;
+/// assert_eq!(handle.take(), vec![0, 1]);
+/// assert!(handle.take().is_empty(), "taken once");
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct CollectHandle<T> {
     rx: Receiver<Vec<T>>,
 }

@@ -28,7 +28,21 @@ impl SourceSplit for CollectionSplit {
 }
 
 /// Emits the elements of a vector in order, from one subtask. The elements are part of the
-/// job's definition, like its code.
+/// job's definition, like its code. `env.from_collection(items)` is the shortcut.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// let doubled = env
+///     .from_source(CollectionSource::new(vec![1, 2, 3]), "numbers")
+///     .map(|n: i32| n * 2)
+///     .collect();
+/// env.execute("double")?;
+/// let mut doubled = doubled.take();
+/// doubled.sort();
+/// assert_eq!(doubled, vec![2, 4, 6]);
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct CollectionSource<T> {
     items: Arc<Vec<T>>,

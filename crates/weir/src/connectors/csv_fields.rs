@@ -28,6 +28,42 @@ pub fn decode_record<T: DeserializeOwned>(
     }
 }
 
+/// Says why the csv crate could not decode `record`, once, with the column's name: the
+/// csv crate's own message repeats the record's position (its record number, line and byte),
+/// which the source already reports, and names the column only by index.
+pub fn decode_error(
+    error: &csv::Error,
+    record: &ByteRecord,
+    headers: Option<&ByteRecord>,
+) -> crate::connectors::malformed::DecodeError {
+    use crate::connectors::malformed::DecodeError;
+    use csv::DeserializeErrorKind as Kind;
+    let csv::ErrorKind::Deserialize { err, .. } = error.kind() else {
+        return DecodeError::new(error.to_string());
+    };
+    let field = err.field().and_then(|f| usize::try_from(f).ok());
+    let value = field
+        .and_then(|f| record.get(f))
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    let reason = match (err.kind(), &value) {
+        (Kind::ParseInt(e), Some(v)) => format!("{e} {v:?}"),
+        (Kind::ParseFloat(e), Some(v)) => format!("{e} {v:?}"),
+        (Kind::ParseBool(e), Some(v)) => format!("{e}: {v:?}"),
+        (Kind::UnexpectedEndOfRow, _) => "the row has fewer fields than expected".to_string(),
+        (kind, _) => kind.to_string(),
+    };
+    let column = field.map(|f| {
+        headers
+            .and_then(|h| h.get(f))
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .unwrap_or_else(|| format!("#{}", f + 1))
+    });
+    match column {
+        Some(column) => DecodeError::in_column(column, reason),
+        None => DecodeError::new(reason),
+    }
+}
+
 /// Why the fast path gave up (never shown: the csv crate then decodes the row).
 fn give_up() -> PlainError {
     PlainError::custom("left to the csv crate")

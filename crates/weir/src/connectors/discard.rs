@@ -7,6 +7,15 @@ use crate::connectors::sink::{Sink, SinkWriter};
 use crate::error::BoxError;
 
 /// Drops every record.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(1000, |i| i).sink_to(DiscardingSink, "discard");
+/// let result = env.execute("discard")?;
+/// assert_eq!(result.operator("Sink: discard").map(|o| o.records_in), Some(1000));
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DiscardingSink;
 

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use csv::ByteRecord;
 
-use crate::connectors::file_source::{Decoder, FileFormat, FileSplit, MalformedPolicy};
+use crate::connectors::file_source::{Decoder, FileFormat, FileSplit};
+use crate::connectors::malformed::{
+    DecodeError, MalformedRecord, MalformedRecordHandler, RecordOrigin,
+};
 use crate::connectors::rate_limiter::RateLimiter;
 use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
 use crate::connectors::split_queue::SplitQueue;
@@ -59,6 +62,9 @@ enum OpenFile {
     Csv {
         reader: csv::Reader<BufReader<File>>,
         headers: Option<ByteRecord>,
+        /// Fields every row must have: the header's, or the file's first row's. `None`
+        /// until known, and always with flexible rows.
+        fields: Option<usize>,
         base_offset: u64,
         base_line: u64,
     },
@@ -68,13 +74,13 @@ enum OpenFile {
 pub struct FileReader<T> {
     context: SourceReaderContext,
     format: FileFormat,
-    policy: MalformedPolicy,
+    strict_columns: bool,
+    malformed: MalformedRecordHandler<T>,
     decoder: Decoder<T>,
     limiter: RateLimiter,
     /// Assigned splits; the front one is being read and its position is kept current.
     splits: SplitQueue<FileSplit>,
     open: Option<OpenFile>,
-    skipped: u64,
     line_buffer: Vec<u8>,
     record: ByteRecord,
 }
@@ -118,7 +124,8 @@ impl<T: Record> FileReader<T> {
     pub(crate) fn new(
         context: SourceReaderContext,
         format: FileFormat,
-        policy: MalformedPolicy,
+        strict_columns: bool,
+        malformed: MalformedRecordHandler<T>,
         decoder: Decoder<T>,
         records_per_second: Option<f64>,
     ) -> Self {
@@ -126,12 +133,12 @@ impl<T: Record> FileReader<T> {
         Self {
             context,
             format,
-            policy,
+            strict_columns,
+            malformed,
             decoder,
             limiter,
             splits: SplitQueue::default(),
             open: None,
-            skipped: 0,
             line_buffer: Vec::new(),
             record: ByteRecord::new(),
         }
@@ -139,7 +146,7 @@ impl<T: Record> FileReader<T> {
 
     /// Rows skipped as malformed so far.
     pub fn skipped(&self) -> u64 {
-        self.skipped
+        self.malformed.counters().skipped()
     }
 
     fn open_front(&mut self) -> Result<(), BoxError> {
@@ -175,9 +182,19 @@ impl<T: Record> FileReader<T> {
                     }
                     headers = Some(header);
                 }
+                let mut fields = headers.as_ref().map(ByteRecord::len);
+                if !has_header && split.offset > 0 {
+                    // Resumed mid-file: the first row still sets the expected width.
+                    let mut first = ByteRecord::new();
+                    let mut head = builder().from_reader(open_at(&split.path, 0)?);
+                    if head.read_byte_record(&mut first).unwrap_or(false) {
+                        fields = Some(first.len());
+                    }
+                }
                 OpenFile::Csv {
                     reader: builder().from_reader(open_at(&split.path, offset)?),
                     headers,
+                    fields,
                     base_offset: offset,
                     base_line: line,
                 }
@@ -268,35 +285,48 @@ impl<T: Record> SourceReader for FileReader<T> {
                 self.open = None;
                 return Ok(InputStatus::MoreAvailable);
             }
-            let raw = match (&self.open, &self.format) {
-                (Some(OpenFile::Csv { headers, .. }), _) => RawRecord::Csv {
-                    record: &self.record,
-                    headers: headers.as_ref(),
-                },
-                _ => RawRecord::Line(&self.line_buffer),
+            let (raw, expected_fields) = match &mut self.open {
+                Some(OpenFile::Csv {
+                    headers, fields, ..
+                }) => {
+                    let expected = *fields.get_or_insert(self.record.len());
+                    let raw = RawRecord::Csv {
+                        record: &self.record,
+                        headers: headers.as_ref(),
+                    };
+                    (raw, Some(expected))
+                }
+                _ => (RawRecord::Line(&self.line_buffer), None),
             };
             let file = self.splits.front().map_or("", |s| s.path.as_str());
-            let location = crate::connectors::file_reader::RecordLocation { file, line };
-            match (self.decoder)(raw, &location) {
-                Ok(record) => {
-                    output.collect(record);
-                    self.limiter.record(1);
+            let location = RecordLocation { file, line };
+            let decoded = match expected_fields {
+                Some(expected) if self.strict_columns && self.record.len() != expected => {
+                    Err(DecodeError::new(format!(
+                        "expected {expected} fields, found {} (set `flexible()` on the source \
+                         to accept rows of other lengths)",
+                        self.record.len()
+                    )))
                 }
-                Err(reason) => match self.policy {
-                    MalformedPolicy::Fail => {
-                        return Err(format!(
-                            "file source: malformed record at {file}:{line}: {reason} (row: {:?})",
-                            raw.to_text()
-                        )
-                        .into())
-                    }
-                    MalformedPolicy::Skip => {
-                        self.skipped += 1;
-                        if self.skipped <= 10 {
-                            tracing::warn!(%file, line, %reason, "skipping malformed record");
-                        }
-                    }
-                },
+                _ => (self.decoder)(raw, &location),
+            };
+            let record = match decoded {
+                Ok(record) => Some(record),
+                Err(error) => {
+                    let bad = MalformedRecord {
+                        origin: RecordOrigin::File {
+                            file: file.to_string(),
+                            line,
+                        },
+                        error,
+                        raw: raw.to_text(),
+                    };
+                    self.malformed.handle(bad)?
+                }
+            };
+            if let Some(record) = record {
+                output.collect(record);
+                self.limiter.record(1);
             }
         }
         Ok(InputStatus::MoreAvailable)

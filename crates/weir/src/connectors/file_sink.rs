@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::api::functions::RuntimeContext;
-use crate::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
+use crate::connectors::sink::Sink;
+use crate::connectors::two_phase_commit::{
+    TwoPhaseCommit, TwoPhaseCommitSink, TwoPhaseCommitWriter,
+};
 use crate::error::BoxError;
 
 /// Encodes one record into bytes appended to a part file (a line, a CSV row…).
@@ -44,7 +47,25 @@ pub struct FileTransaction {
     pub parts: Vec<u32>,
 }
 
-/// Configuration of a transactional file sink; use it with [`FileSink::build`].
+/// The exactly-once file sink (Flink's `FileSink`): give it to
+/// [`sink_to`](crate::DataStream::sink_to) as it is. Part files become visible when the
+/// checkpoint that covers them completes, or at the end of a bounded job.
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::connectors::file_sink::committed_files;
+///
+/// let out = tempfile::tempdir()?;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// env.generate(100, |i| (i, i * i)).sink_to(FileSink::csv(out.path()), "squares");
+/// env.execute("squares")?;
+/// let rows: usize = committed_files(out.path())?
+///     .iter()
+///     .map(|f| std::fs::read_to_string(f).map(|text| text.lines().count()))
+///     .sum::<std::io::Result<usize>>()?;
+/// assert_eq!(rows, 100);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct FileSink<T> {
     dir: PathBuf,
     prefix: String,
@@ -67,7 +88,7 @@ impl<T> Clone for FileSink<T> {
 
 impl<T: std::fmt::Display> FileSink<T> {
     /// A sink writing each record as a line (its `Display`) into `dir`.
-    pub fn lines(dir: impl Into<PathBuf>) -> Self {
+    pub fn lines(dir: impl AsRef<Path>) -> Self {
         Self::new(
             dir,
             Arc::new(|record: &T, out: &mut Vec<u8>| {
@@ -80,7 +101,7 @@ impl<T: std::fmt::Display> FileSink<T> {
 
 impl<T: Serialize> FileSink<T> {
     /// A sink writing each record as a CSV row (no header) into `dir`.
-    pub fn csv(dir: impl Into<PathBuf>) -> Self {
+    pub fn csv(dir: impl AsRef<Path>) -> Self {
         Self::new(
             dir,
             Arc::new(|record: &T, out: &mut Vec<u8>| {
@@ -98,9 +119,9 @@ impl<T: Serialize> FileSink<T> {
 
 impl<T> FileSink<T> {
     /// A sink encoding records with `encoder` into `dir`.
-    pub fn new(dir: impl Into<PathBuf>, encoder: Encoder<T>) -> Self {
+    pub fn new(dir: impl AsRef<Path>, encoder: Encoder<T>) -> Self {
         Self {
-            dir: dir.into(),
+            dir: dir.as_ref().to_path_buf(),
             prefix: "part".into(),
             suffix: String::new(),
             rolling: RollingPolicy::default(),
@@ -122,14 +143,25 @@ impl<T> FileSink<T> {
         self.rolling = rolling;
         self
     }
-    /// The exactly-once sink.
-    pub fn build(self) -> TwoPhaseCommit<FileSinkCore<T>> {
+    /// The sink as the [`TwoPhaseCommitSink`] it runs as, wrapped for `sink_to` (a
+    /// `FileSink` is a [`Sink`] itself; this is for code that composes two-phase-commit
+    /// sinks).
+    pub fn into_two_phase_commit_sink(self) -> TwoPhaseCommit<FileSinkCore<T>> {
         TwoPhaseCommit(FileSinkCore {
             config: self,
             open: None,
             nonce: 0,
             scratch: Vec::new(),
         })
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for FileSink<T> {
+    type Writer = TwoPhaseCommitWriter<T, FileSinkCore<T>>;
+    fn create_writer(&self, context: &RuntimeContext) -> Result<Self::Writer, BoxError> {
+        self.clone()
+            .into_two_phase_commit_sink()
+            .create_writer(context)
     }
 }
 
@@ -401,8 +433,8 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for FileSinkCore<T> {
 
 /// Reads the committed files of a file sink's output directory: every file whose name does not
 /// start with a dot, in name order.
-pub fn committed_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)?
+pub fn committed_files(dir: impl AsRef<Path>) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir.as_ref())?
         .filter_map(Result::ok)
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| e.path())

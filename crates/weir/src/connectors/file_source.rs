@@ -13,6 +13,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::connectors::file_reader::{FileReader, RawRecord, RecordLocation};
+use crate::connectors::malformed::{
+    DecodeError, MalformedRecord, MalformedRecordHandler, MalformedRecordPolicy,
+};
 use crate::connectors::source::{
     Boundedness, Source, SourceReaderContext, SourceSplit, SplitEnumerator, SplitEnumeratorContext,
 };
@@ -31,38 +34,6 @@ pub enum FileFormat {
         /// Field delimiter.
         delimiter: u8,
     },
-}
-
-/// What to do with a row that cannot be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MalformedPolicy {
-    /// Fail the job with the file, line and reason.
-    Fail,
-    /// Skip the row, count it and log it.
-    Skip,
-}
-
-/// A row that could not be decoded: where it is and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MalformedRecord {
-    /// The file.
-    pub file: String,
-    /// Its 1-based line number.
-    pub line: u64,
-    /// Why decoding failed.
-    pub reason: String,
-    /// The raw row (lossily decoded as UTF-8).
-    pub raw: String,
-}
-
-impl std::fmt::Display for MalformedRecord {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}: {} (row: {:?})",
-            self.file, self.line, self.reason, self.raw
-        )
-    }
 }
 
 /// One file and how far it has been read.
@@ -84,22 +55,43 @@ impl SourceSplit for FileSplit {
 
 /// Decodes a raw record found at a location into `T`, or says why it cannot.
 pub type Decoder<T> =
-    Arc<dyn Fn(RawRecord<'_>, &RecordLocation<'_>) -> Result<T, String> + Send + Sync>;
+    Arc<dyn Fn(RawRecord<'_>, &RecordLocation<'_>) -> Result<T, DecodeError> + Send + Sync>;
 
-/// Reads files as records of type `T`.
+/// Reads files as records of type `T` (Flink's `FileSource`): one file, every file of a
+/// directory, or the files a glob matches. A path that matches no file is an error, unless
+/// the source monitors it for new files.
 ///
-/// ```no_run
-/// use weir::connectors::file_source::FileSource;
-/// #[derive(serde::Deserialize, serde::Serialize, Clone)]
-/// struct Row { age: u32, education: String }
-/// let rows = FileSource::<Row>::csv("data/census/*.csv");
-/// let lines = FileSource::lines("logs/").monitor(std::time::Duration::from_secs(1));
-/// # let _ = (rows, lines);
+/// Rows that cannot be decoded fail the job by default, naming the file, the line and the
+/// column; [`on_malformed`](Self::on_malformed) skips and counts them instead, and
+/// [`with_dead_letters`](Self::with_dead_letters) passes them on as `Err`.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// struct Person { name: String, age: u32 }
+///
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("people.csv"), "name,age\nada,36\nbob,x\n")?;
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let rows = env
+///     .from_source(FileSource::<Person>::csv(dir.path()).with_dead_letters(), "people")
+///     .collect();
+/// let result = env.execute("read people")?;
+/// let rows = rows.take();
+/// assert_eq!(rows[0], Ok(Person { name: "ada".into(), age: 36 }));
+/// let bad = rows[1].clone().unwrap_err();
+/// assert_eq!(bad.error.column.as_deref(), Some("age"));
+/// assert_eq!(result.operator("Source: people").unwrap().records_dead_lettered, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct FileSource<T> {
     path: String,
     format: FileFormat,
-    policy: MalformedPolicy,
+    policy: MalformedRecordPolicy,
+    dead_letter: Option<fn(MalformedRecord) -> T>,
+    flexible: bool,
     monitor: Option<Duration>,
     records_per_second: Option<f64>,
     decoder: Decoder<T>,
@@ -112,6 +104,8 @@ impl<T> Clone for FileSource<T> {
             path: self.path.clone(),
             format: self.format.clone(),
             policy: self.policy,
+            dead_letter: self.dead_letter,
+            flexible: self.flexible,
             monitor: self.monitor,
             records_per_second: self.records_per_second,
             decoder: self.decoder.clone(),
@@ -123,26 +117,32 @@ impl<T> Clone for FileSource<T> {
 fn decode_csv<T: DeserializeOwned>(
     raw: RawRecord<'_>,
     _location: &RecordLocation<'_>,
-) -> Result<T, String> {
+) -> Result<T, DecodeError> {
     match raw {
         RawRecord::Csv { record, headers } => {
-            crate::connectors::csv_fields::decode_record(record, headers).map_err(|e| e.to_string())
+            crate::connectors::csv_fields::decode_record(record, headers)
+                .map_err(|e| crate::connectors::csv_fields::decode_error(&e, record, headers))
         }
-        RawRecord::Line(_) => Err("a CSV decoder was given a line".into()),
+        RawRecord::Line(_) => Err(DecodeError::new("a CSV decoder was given a line")),
     }
+}
+
+fn path_text(path: impl AsRef<Path>) -> String {
+    path.as_ref().to_string_lossy().into_owned()
 }
 
 impl FileSource<String> {
     /// Reads the lines of `path` (a file, a directory, or a glob such as `logs/*.txt`).
-    pub fn lines(path: impl Into<String>) -> Self {
+    pub fn lines(path: impl AsRef<Path>) -> Self {
         Self::with_decoder(
             path,
             FileFormat::Lines,
             Arc::new(|raw, _| match raw {
-                RawRecord::Line(bytes) => {
-                    String::from_utf8(bytes.to_vec()).map_err(|e| format!("invalid UTF-8: {e}"))
+                RawRecord::Line(bytes) => String::from_utf8(bytes.to_vec())
+                    .map_err(|e| DecodeError::new(format!("invalid UTF-8: {e}"))),
+                RawRecord::Csv { .. } => {
+                    Err(DecodeError::new("a line decoder was given a CSV row"))
                 }
-                RawRecord::Csv { .. } => Err("a line decoder was given a CSV row".into()),
             }),
         )
     }
@@ -150,8 +150,9 @@ impl FileSource<String> {
 
 impl<T: Record> FileSource<T> {
     /// Reads CSV rows of `path` (a file, a directory, or a glob) into `T` by column name;
-    /// the files have a header row and comma delimiters unless configured otherwise.
-    pub fn csv(path: impl Into<String>) -> Self {
+    /// the files have a header row and comma delimiters unless configured otherwise, and
+    /// every row has as many fields as the header (see [`flexible`](Self::flexible)).
+    pub fn csv(path: impl AsRef<Path>) -> Self {
         Self::with_decoder(
             path,
             FileFormat::Csv {
@@ -163,11 +164,13 @@ impl<T: Record> FileSource<T> {
     }
 
     /// Reads `path` with a custom decoder.
-    pub fn with_decoder(path: impl Into<String>, format: FileFormat, decoder: Decoder<T>) -> Self {
+    pub fn with_decoder(path: impl AsRef<Path>, format: FileFormat, decoder: Decoder<T>) -> Self {
         Self {
-            path: path.into(),
+            path: path_text(path),
             format,
-            policy: MalformedPolicy::Fail,
+            policy: MalformedRecordPolicy::Fail,
+            dead_letter: None,
+            flexible: false,
             monitor: None,
             records_per_second: None,
             decoder,
@@ -197,10 +200,35 @@ impl<T: Record> FileSource<T> {
         self
     }
 
-    /// Sets what happens to rows that cannot be decoded.
-    pub fn on_malformed(mut self, policy: MalformedPolicy) -> Self {
+    /// Accepts CSV rows whose number of fields differs from the header's (or, without a
+    /// header, from the file's first row's). By default such rows are malformed.
+    pub fn flexible(mut self) -> Self {
+        self.flexible = true;
+        self
+    }
+
+    /// Sets what happens to rows that cannot be decoded (default: fail the job).
+    pub fn on_malformed(mut self, policy: MalformedRecordPolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Passes rows that cannot be decoded on as `Err` dead letters instead of failing or
+    /// skipping, so that they can be routed to a sink of their own:
+    /// `stream.flat_map_iter(Result::err).sink_to(..)`.
+    pub fn with_dead_letters(self) -> FileSource<Result<T, MalformedRecord>> {
+        let decoder = self.decoder;
+        FileSource {
+            path: self.path,
+            format: self.format,
+            policy: self.policy,
+            dead_letter: Some(Err),
+            flexible: self.flexible,
+            monitor: self.monitor,
+            records_per_second: self.records_per_second,
+            decoder: Arc::new(move |raw, location| decoder(raw, location).map(Ok)),
+            _record: PhantomData,
+        }
     }
 
     /// Keeps watching the paths, reading new files as they appear (an unbounded source).
@@ -216,59 +244,78 @@ impl<T: Record> FileSource<T> {
     }
 }
 
-impl<T: Record> FileSource<Result<T, MalformedRecord>> {
-    /// Reads CSV rows into `T`, passing rows that do not decode on as `Err`, so that they can
-    /// be routed to a dead-letter sink: `stream.flat_map(Result::err).sink_to(..)`.
-    pub fn csv_with_dead_letters(path: impl Into<String>) -> Self {
-        Self::with_decoder(
-            path,
-            FileFormat::Csv {
-                has_header: true,
-                delimiter: b',',
-            },
-            Arc::new(|raw, location| {
-                Ok(
-                    decode_csv::<T>(raw, location).map_err(|reason| MalformedRecord {
-                        file: location.file.to_string(),
-                        line: location.line,
-                        reason,
-                        raw: raw.to_text(),
-                    }),
-                )
-            }),
-        )
-    }
+/// Why the file source cannot list its input.
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    /// Nothing is at the path.
+    #[error("file source: path `{path}` does not exist")]
+    NotFound {
+        /// The path as given.
+        path: String,
+    },
+    /// The path exists or is a glob, but names no file: reading it would silently read
+    /// nothing.
+    #[error(
+        "file source: `{path}` matches no file (a source that monitors its path for new files \
+         may start empty)"
+    )]
+    NoMatch {
+        /// The path as given.
+        path: String,
+    },
+    /// The glob is not valid.
+    #[error("file source: invalid glob `{pattern}`: {reason}")]
+    InvalidGlob {
+        /// The pattern.
+        pattern: String,
+        /// Why.
+        reason: String,
+    },
+    /// Listing failed.
+    #[error("file source: cannot list `{path}`: {source}")]
+    List {
+        /// The directory or pattern.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// Lists the files `pattern` names, sorted: a file, every file of a directory (not
-/// recursively, skipping hidden files), or the files matching a glob.
-pub fn list_files(pattern: &str) -> Result<Vec<PathBuf>, BoxError> {
-    let path = Path::new(pattern);
+/// recursively, skipping hidden files), or the files matching a glob. Naming no file is not
+/// an error here (a monitoring source waits for files); [`FileSource`] refuses it for a
+/// bounded read.
+pub fn list_files(pattern: impl AsRef<Path>) -> Result<Vec<PathBuf>, FileSourceError> {
+    let path = pattern.as_ref();
+    let text = path_text(path);
+    let list_error = |source| FileSourceError::List {
+        path: text.clone(),
+        source,
+    };
     let mut files = Vec::new();
     if path.is_file() {
         files.push(path.to_path_buf());
     } else if path.is_dir() {
-        let entries = std::fs::read_dir(path)
-            .map_err(|e| format!("file source: cannot list directory `{pattern}`: {e}"))?;
-        for entry in entries {
-            let entry = entry
-                .map_err(|e| format!("file source: cannot list directory `{pattern}`: {e}"))?;
+        for entry in std::fs::read_dir(path).map_err(list_error)? {
+            let entry = entry.map_err(list_error)?;
             let hidden = entry.file_name().to_string_lossy().starts_with('.');
             if entry.path().is_file() && !hidden {
                 files.push(entry.path());
             }
         }
-    } else if pattern.contains(['*', '?', '[']) {
-        let matches = glob::glob(pattern)
-            .map_err(|e| format!("file source: invalid glob `{pattern}`: {e}"))?;
+    } else if text.contains(['*', '?', '[']) {
+        let matches = glob::glob(&text).map_err(|e| FileSourceError::InvalidGlob {
+            pattern: text.clone(),
+            reason: e.to_string(),
+        })?;
         for m in matches {
-            let m = m.map_err(|e| format!("file source: cannot read `{pattern}`: {e}"))?;
+            let m = m.map_err(|e| list_error(e.into()))?;
             if m.is_file() {
                 files.push(m);
             }
         }
     } else {
-        return Err(format!("file source: path `{pattern}` does not exist").into());
+        return Err(FileSourceError::NotFound { path: text });
     }
     files.sort();
     Ok(files)
@@ -295,7 +342,14 @@ pub struct FileEnumeratorState {
 
 impl FileEnumerator {
     fn discover(&mut self) -> Result<(), BoxError> {
-        for file in list_files(&self.pattern)? {
+        let files = list_files(&self.pattern)?;
+        if files.is_empty() && self.monitor.is_none() && self.seen.is_empty() {
+            return Err(FileSourceError::NoMatch {
+                path: self.pattern.clone(),
+            }
+            .into());
+        }
+        for file in files {
             let path = file.display().to_string();
             if self.seen.insert(path.clone()) {
                 self.pending.push_back(FileSplit {
@@ -401,10 +455,16 @@ impl<T: Record> Source for FileSource<T> {
     }
 
     fn create_reader(&self, context: SourceReaderContext) -> Result<FileReader<T>, BoxError> {
+        let malformed = MalformedRecordHandler::new(
+            self.policy,
+            self.dead_letter,
+            context.malformed_record_counters(),
+        );
         Ok(FileReader::new(
             context,
             self.format.clone(),
-            self.policy,
+            !self.flexible,
+            malformed,
             self.decoder.clone(),
             self.records_per_second,
         ))

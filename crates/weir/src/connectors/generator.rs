@@ -40,10 +40,14 @@ impl SourceSplit for NumberSequenceSplit {
 /// Generates `f(0), f(1), …` up to a count, or without end.
 ///
 /// ```
-/// use weir::connectors::generator::GeneratorSource;
-/// let squares = GeneratorSource::new(10, |i| i * i);
-/// let ticks = GeneratorSource::unbounded(|i| i).with_rate_limit(100.0);
-/// # let _ = (squares, ticks);
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// let squares = env.from_source(GeneratorSource::new(10, |i| i * i), "squares").collect();
+/// // An unbounded one, throttled (for demos and tests): it runs until cancelled or stopped.
+/// let _ticks = GeneratorSource::unbounded(|i| i).with_rate_limit(100.0);
+/// env.execute("squares")?;
+/// assert_eq!(squares.take().iter().sum::<u64>(), 285);
+/// # Ok::<(), WeirError>(())
 /// ```
 #[derive(Clone)]
 pub struct GeneratorSource<T, F> {

@@ -9,6 +9,7 @@ pub mod file_reader;
 pub mod file_sink;
 pub mod file_source;
 pub mod generator;
+pub mod malformed;
 pub mod print;
 pub mod rate_limiter;
 pub mod sink;

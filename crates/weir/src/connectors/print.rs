@@ -8,7 +8,16 @@ use crate::connectors::sink::{Sink, SinkWriter};
 use crate::error::BoxError;
 
 /// Prints records with `{:?}`, prefixed by `i> ` (the subtask, from 1) when the sink runs
-/// with parallelism above 1, and by an optional identifier.
+/// with parallelism above 1, and by an optional identifier. `stream.print()` is the shortcut.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(3, |i| i).sink_to(PrintSink::with_identifier("numbers"), "print");
+/// let result = env.execute("print")?; // prints `numbers: 0`, `numbers: 1`, `numbers: 2`
+/// assert_eq!(result.operator("Sink: print").map(|o| o.records_in), Some(3));
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct PrintSink {
     identifier: Option<String>,

@@ -30,7 +30,48 @@ pub fn committed_output_error(context: &RuntimeContext, found: &str) -> BoxError
     .into()
 }
 
-/// A sink: a factory of per-subtask writers.
+/// A sink: a factory of per-subtask writers (Flink's `Sink`).
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use weir::prelude::*;
+///
+/// /// Appends records to a shared vector (at least once: no transactions).
+/// struct VecSink(Arc<Mutex<Vec<u64>>>);
+/// struct VecWriter(Arc<Mutex<Vec<u64>>>);
+///
+/// impl Sink<u64> for VecSink {
+///     type Writer = VecWriter;
+///     fn create_writer(&self, _context: &RuntimeContext) -> Result<VecWriter, BoxError> {
+///         Ok(VecWriter(self.0.clone()))
+///     }
+///     fn commits_on_checkpoint_completion(&self) -> bool {
+///         false
+///     }
+/// }
+///
+/// impl SinkWriter<u64> for VecWriter {
+///     fn write(&mut self, record: u64) -> Result<(), BoxError> {
+///         self.0.lock().map_err(|_| "poisoned")?.push(record);
+///         Ok(())
+///     }
+///     fn flush(&mut self, _end_of_input: bool) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(3, |i| i * 10).sink_to(VecSink(seen.clone()), "vec");
+/// env.execute("to a vector")?;
+/// assert_eq!(*seen.lock().unwrap(), vec![0, 10, 20]);
+/// # Ok::<(), WeirError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a sink of `{T}`",
+    label = "not a `Sink<{T}>`",
+    note = "`sink_to` takes a `Sink<{T}>`: a connector's sink (`FileSink`, `DiscardingSink`, `PrintSink`, a Kafka or PostgreSQL sink), or a type of yours that implements `Sink<{T}>` and makes a `SinkWriter<{T}>` per subtask; a connector builder that checks its settings is finished with `.build()?`"
+)]
 pub trait Sink<T>: Send + 'static {
     /// The writer type.
     type Writer: SinkWriter<T>;
@@ -47,7 +88,48 @@ pub trait Sink<T>: Send + 'static {
     }
 }
 
-/// Writes the records of one sink subtask.
+/// Writes the records of one sink subtask (see [`Sink`] for an example).
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Counts what one subtask wrote, and says so when the input ends.
+/// struct CountingWriter(u64);
+///
+/// impl SinkWriter<u64> for CountingWriter {
+///     fn write(&mut self, _record: u64) -> Result<(), BoxError> {
+///         self.0 += 1;
+///         Ok(())
+///     }
+///     fn flush(&mut self, end_of_input: bool) -> Result<(), BoxError> {
+///         if end_of_input {
+///             println!("wrote {}", self.0);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// struct CountingSink;
+///
+/// impl Sink<u64> for CountingSink {
+///     type Writer = CountingWriter;
+///     fn create_writer(&self, _context: &RuntimeContext) -> Result<CountingWriter, BoxError> {
+///         Ok(CountingWriter(0))
+///     }
+///     fn commits_on_checkpoint_completion(&self) -> bool {
+///         false
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(5, |i| i).sink_to(CountingSink, "count");
+/// env.execute("count")?;
+/// # Ok::<(), WeirError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a writer of `{T}`",
+    note = "implement `SinkWriter<{T}>` for it: `write` and `flush` at least"
+)]
 pub trait SinkWriter<T>: Send + 'static {
     /// Accepts one record (it may buffer it).
     fn write(&mut self, record: T) -> Result<(), BoxError>;

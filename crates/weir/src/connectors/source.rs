@@ -14,6 +14,7 @@ use crossbeam_channel::Sender;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::connectors::malformed::MalformedRecordCounters;
 use crate::error::BoxError;
 use crate::record::Record;
 use crate::runtime::output::Collector;
@@ -45,7 +46,29 @@ pub enum InputStatus {
     EndOfInput,
 }
 
-/// A source: a factory of its enumerator and readers.
+/// A source: a factory of its enumerator and readers (Flink's `Source`). See
+/// `tests/custom_source.rs` for a complete one.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Reads any source to the end and returns how many records it had.
+/// fn count_records<S: Source>(source: S) -> Result<u64, WeirError> {
+///     let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+///     env.from_source(source, "input").sink_to(DiscardingSink, "discard");
+///     let result = env.execute("count")?;
+///     Ok(result.operator("Source: input").map_or(0, |o| o.records_out))
+/// }
+///
+/// assert_eq!(count_records(GeneratorSource::new(7, |i| i))?, 7);
+/// assert_eq!(count_records(CollectionSource::new(vec!["a".to_string(), "b".to_string()]))?, 2);
+/// # Ok::<(), WeirError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a source",
+    label = "not a `Source`",
+    note = "`from_source` takes a `Source`: `FileSource`, `GeneratorSource`, `CollectionSource`, a Kafka source, or a type of yours implementing `Source` with its `SplitEnumerator` and `SourceReader`"
+)]
 pub trait Source: Send + 'static {
     /// Records it produces.
     type Output: Record;
@@ -202,6 +225,7 @@ pub struct SourceReaderContext {
     subtask: u32,
     parallelism: u32,
     requests: Sender<ReaderEvent>,
+    malformed: MalformedRecordCounters,
 }
 
 impl SourceReaderContext {
@@ -212,7 +236,14 @@ impl SourceReaderContext {
             subtask,
             parallelism,
             requests,
+            malformed: MalformedRecordCounters::default(),
         }
+    }
+    /// Where the reader counts malformed records it skips or passes on as dead letters
+    /// (give it to a [`MalformedRecordHandler`](crate::connectors::malformed::MalformedRecordHandler)):
+    /// the job's result reports these counts per source.
+    pub fn malformed_record_counters(&self) -> MalformedRecordCounters {
+        self.malformed.clone()
     }
     /// Zero-based index of the reader's subtask.
     pub fn subtask_index(&self) -> u32 {

@@ -64,6 +64,65 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
 }
 
 /// A [`Sink`] from a [`TwoPhaseCommitSink`]; each subtask gets a clone of it.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use weir::prelude::*;
+/// use weir::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
+///
+/// /// A "database" whose transactions are staged rows, visible once committed.
+/// #[derive(Clone, Default)]
+/// struct Db {
+///     staged: Arc<Mutex<BTreeMap<String, Vec<u64>>>>,
+///     visible: Arc<Mutex<Vec<u64>>>,
+/// }
+///
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// struct Txn(String);
+///
+/// impl TwoPhaseCommitSink<u64> for Db {
+///     type Transaction = Txn;
+///     fn abort_lingering(&mut self, _: &RuntimeContext, _known: &[Txn]) -> Result<(), BoxError> {
+///         Ok(())
+///     }
+///     fn begin_transaction(&mut self, ctx: &RuntimeContext) -> Result<Txn, BoxError> {
+///         let mut staged = self.staged.lock().map_err(|_| "poisoned")?;
+///         let id = format!("{}-{}", ctx.subtask_index(), staged.len());
+///         staged.insert(id.clone(), Vec::new());
+///         Ok(Txn(id))
+///     }
+///     fn write(&mut self, txn: &mut Txn, record: u64) -> Result<(), BoxError> {
+///         let mut staged = self.staged.lock().map_err(|_| "poisoned")?;
+///         staged.get_mut(&txn.0).ok_or("unknown transaction")?.push(record);
+///         Ok(())
+///     }
+///     fn pre_commit(&mut self, _txn: &mut Txn) -> Result<(), BoxError> {
+///         Ok(()) // staged rows are durable here
+///     }
+///     fn commit(&mut self, txn: &Txn) -> Result<(), BoxError> {
+///         // Idempotent: a transaction committed before is gone from `staged`.
+///         let rows = self.staged.lock().map_err(|_| "poisoned")?.remove(&txn.0);
+///         self.visible.lock().map_err(|_| "poisoned")?.extend(rows.unwrap_or_default());
+///         Ok(())
+///     }
+///     fn abort(&mut self, txn: &Txn) -> Result<(), BoxError> {
+///         self.staged.lock().map_err(|_| "poisoned")?.remove(&txn.0);
+///         Ok(())
+///     }
+/// }
+///
+/// let db = Db::default();
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// env.enable_checkpointing(Duration::from_millis(20));
+/// env.generate(300, |i| i).sink_to(TwoPhaseCommit(db.clone()), "db");
+/// env.execute("two-phase commit")?;
+/// let mut rows = db.visible.lock().unwrap().clone();
+/// rows.sort();
+/// assert_eq!(rows, (0..300).collect::<Vec<_>>());
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct TwoPhaseCommit<S>(pub S);
 
@@ -170,11 +229,9 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
             return Ok(());
         }
         if self.context.is_checkpointing() {
-            // The final checkpoint's barrier came just before the end of input, so the open
-            // transaction is empty; what is pending commits when that checkpoint completes.
-            if let Some(transaction) = self.current.take() {
-                self.sink.abort(&transaction)?;
-            }
+            // The final checkpoint's barrier follows the end of input: it pre-commits the open
+            // transaction — with what operators emitted when their input ended — and its
+            // completion commits it (FLIP-147).
             return Ok(());
         }
         // Without checkpoints nothing is replayed: commit everything now.
@@ -211,5 +268,14 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
         self.commit_up_to(checkpoint_id)
+    }
+
+    fn close(&mut self) -> Result<(), BoxError> {
+        // The stream has ended after the final checkpoint's barrier: the transaction begun
+        // there stays empty.
+        if let Some(transaction) = self.current.take() {
+            self.sink.abort(&transaction)?;
+        }
+        Ok(())
     }
 }

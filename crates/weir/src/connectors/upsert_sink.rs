@@ -22,6 +22,35 @@ pub trait UpsertStore<K, V>: Send + 'static {
 pub type ToRow<T, K, V> = Arc<dyn Fn(&T) -> (K, V) + Send + Sync>;
 
 /// A [`Sink`] writing records as upserts; each subtask gets a clone of the store.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use weir::prelude::*;
+/// use weir::connectors::upsert_sink::{UpsertSink, UpsertStore};
+///
+/// /// A table in memory, by primary key.
+/// #[derive(Clone, Default)]
+/// struct Table(Arc<Mutex<HashMap<u64, u64>>>);
+///
+/// impl UpsertStore<u64, u64> for Table {
+///     fn upsert(&mut self, rows: Vec<(u64, u64)>) -> Result<(), BoxError> {
+///         self.0.lock().map_err(|_| "poisoned")?.extend(rows);
+///         Ok(())
+///     }
+/// }
+///
+/// let table = Table::default();
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// env.generate(1000, |i| i % 10)
+///     .key_by(|k: &u64| *k)
+///     .count()
+///     .sink_to(UpsertSink::new(table.clone(), |(k, n): &(u64, u64)| (*k, *n)), "counts");
+/// env.execute("upserts")?;
+/// // Every key holds its final count, whatever order the updates came in.
+/// assert_eq!(table.0.lock().unwrap().values().sum::<u64>(), 1000);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct UpsertSink<T, K, V, S> {
     store: S,
     to_row: ToRow<T, K, V>,

@@ -40,7 +40,28 @@ pub trait BatchCommitter<T>: Send + 'static {
 }
 
 /// A [`Sink`] buffering records per checkpoint and committing them through `C`; each subtask
-/// gets a clone of the committer.
+/// gets a clone of the committer. Flink's `GenericWriteAheadSink`: for systems without
+/// transactions whose writes of one batch can be made idempotent.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+/// use weir::connectors::file_sink::committed_files;
+/// use weir::connectors::write_ahead_log::{FileBatchCommitter, WriteAheadLog};
+///
+/// let out = tempfile::tempdir()?;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// env.enable_checkpointing(Duration::from_millis(50));
+/// env.generate(500, |i| i.to_string())
+///     .sink_to(WriteAheadLog(FileBatchCommitter::lines(out.path())), "batches");
+/// env.execute("write-ahead log")?;
+/// let lines: usize = committed_files(out.path())?
+///     .iter()
+///     .map(|f| std::fs::read_to_string(f).map(|t| t.lines().count()))
+///     .sum::<std::io::Result<usize>>()?;
+/// assert_eq!(lines, 500);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct WriteAheadLog<C>(pub C);
 
@@ -156,9 +177,9 @@ impl<T> Clone for FileBatchCommitter<T> {
 
 impl<T> FileBatchCommitter<T> {
     /// Commits batches into `dir`, encoding records with `encoder`.
-    pub fn new(dir: impl Into<PathBuf>, encoder: Encoder<T>) -> Self {
+    pub fn new(dir: impl AsRef<std::path::Path>, encoder: Encoder<T>) -> Self {
         Self {
-            dir: dir.into(),
+            dir: dir.as_ref().to_path_buf(),
             prefix: "batch".into(),
             suffix: String::new(),
             encoder,
@@ -173,7 +194,7 @@ impl<T> FileBatchCommitter<T> {
 
 impl<T: std::fmt::Display> FileBatchCommitter<T> {
     /// Commits batches as lines (each record's `Display`).
-    pub fn lines(dir: impl Into<PathBuf>) -> Self {
+    pub fn lines(dir: impl AsRef<std::path::Path>) -> Self {
         Self::new(
             dir,
             Arc::new(|record: &T, out: &mut Vec<u8>| {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::checkpoint::fencing::FencingToken;
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::error::WeirError;
+use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
 use crate::runtime::channel::CancelToken;
@@ -55,9 +55,11 @@ impl From<WeirError> for DeployError {
     }
 }
 
+/// An operator of a subtask (or, for `None`, a source's split enumerator) could not be
+/// created.
 fn setup_error(
     operator: &str,
-    subtask: u32,
+    subtask: Option<SubtaskDisplay>,
     cause: impl Into<crate::error::BoxError>,
 ) -> WeirError {
     WeirError::Setup {
@@ -158,7 +160,7 @@ pub fn deploy(
                 cancel.clone(),
                 restored.map(Vec::as_slice),
             )
-            .map_err(|e| setup_error(&head.name, 0, e))?;
+            .map_err(|e| setup_error(&head.name, None, e))?;
         coordinators.push((head.id, head.name.clone(), coordinator));
         endpoints.insert(head.id, eps.into_iter().map(Some).collect());
     }
@@ -228,6 +230,10 @@ pub fn deploy(
                 fencing: fencing.clone(),
                 restored_from: restore.map(|r| r.checkpoint_id),
             };
+            let subtask_display = SubtaskDisplay {
+                index: ev.id.subtask,
+                parallelism: setup.parallelism,
+            };
             match &job.factories[node_id.index()] {
                 NodeFactory::Source(factory) => {
                     let endpoint = endpoints
@@ -237,13 +243,13 @@ pub fn deploy(
                         .ok_or_else(|| WeirError::Internal("missing reader endpoint".into()))?;
                     let task = factory
                         .create_task(&setup, output, endpoint)
-                        .map_err(|e| setup_error(&node.name, ev.id.subtask, e))?;
+                        .map_err(|e| setup_error(&node.name, Some(subtask_display), e))?;
                     source_task = Some(task);
                 }
                 NodeFactory::Operator(factory) => {
                     let input = factory
                         .create(&setup, output)
-                        .map_err(|e| setup_error(&node.name, ev.id.subtask, e))?;
+                        .map_err(|e| setup_error(&node.name, Some(subtask_display), e))?;
                     chained_inputs.insert(node_id, input);
                 }
             }

@@ -6,11 +6,22 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::graph::ids::NodeId;
 use crate::runtime::output::OperatorMetrics;
 
 /// How a job ended without failing.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.from_source(GeneratorSource::unbounded(|i| i).with_rate_limit(1000.0), "ticks")
+///     .sink_to(DiscardingSink, "discard");
+/// let client = env.execute_async("ticks")?;
+/// assert_eq!(client.cancel()?.status, JobStatus::Cancelled);
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
@@ -36,9 +47,25 @@ pub struct OperatorSummary {
     pub records_in: u64,
     /// Records emitted.
     pub records_out: u64,
+    /// Malformed records skipped (sources).
+    pub records_skipped: u64,
+    /// Malformed records passed on as dead letters (sources; also in `records_out`).
+    pub records_dead_lettered: u64,
 }
 
 /// The outcome of a job that ended without failing.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+/// env.generate(1000, |i| i).filter(|i| i % 2 == 0).name("evens").sink_to(DiscardingSink, "out");
+/// let result: JobExecutionResult = env.execute("evens")?;
+/// assert_eq!(result.status, JobStatus::Finished);
+/// let evens = result.operator("evens").expect("an operator of that name");
+/// assert_eq!((evens.records_in, evens.records_out), (1000, 500));
+/// println!("{result}"); // the status, the wall time and a table of operators
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct JobExecutionResult {
     /// The job's name.
@@ -58,7 +85,7 @@ pub struct JobExecutionResult {
     /// Recent checkpoints.
     pub checkpoints: CheckpointHistory,
     /// The savepoint taken by stop-with-savepoint.
-    pub savepoint: Option<String>,
+    pub savepoint: Option<Savepoint>,
 }
 
 impl JobExecutionResult {
@@ -98,6 +125,15 @@ impl fmt::Display for JobExecutionResult {
                 o.records_in,
                 o.records_out
             )?;
+        }
+        for o in &self.operators {
+            if o.records_skipped + o.records_dead_lettered > 0 {
+                writeln!(
+                    f,
+                    "  {}: {} malformed records skipped, {} sent to dead letters",
+                    o.name, o.records_skipped, o.records_dead_lettered
+                )?;
+            }
         }
         if self.checkpoints.completed + self.checkpoints.failed > 0 {
             write!(f, "{}", self.checkpoints)?;

@@ -5,11 +5,13 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
+use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::error::WeirError;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_master::{JobCommand, JobMaster};
 use crate::runtime::job_result::JobExecutionResult;
+use crate::runtime::stream_element::StopMode;
 
 /// Runs jobs in this process.
 pub struct MiniCluster;
@@ -36,6 +38,24 @@ impl MiniCluster {
 }
 
 /// A handle to a running job (Flink's `JobClient`).
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.enable_checkpointing(std::time::Duration::from_millis(20));
+/// env.from_source(GeneratorSource::unbounded(|i| i % 5).with_rate_limit(5000.0), "numbers")
+///     .key_by(|k: &u64| *k)
+///     .count()
+///     .sink_to(DiscardingSink, "discard");
+/// let client: JobClient = env.execute_async("running")?;
+/// assert_eq!(client.job_name(), "running");
+/// std::thread::sleep(std::time::Duration::from_millis(100));
+/// let history = client.checkpoint_history()?; // completed, failed, the recent ones
+/// let result = client.cancel()?;
+/// assert_eq!(result.status, JobStatus::Cancelled);
+/// # let _ = history;
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct JobClient {
     job_name: String,
     commands: Sender<JobCommand>,
@@ -58,15 +78,39 @@ impl JobClient {
         &self.job_name
     }
 
-    /// Takes a savepoint and returns its location once it is complete.
-    pub fn trigger_savepoint(&self) -> Result<String, WeirError> {
+    /// Takes a savepoint and returns it once it is complete.
+    pub fn trigger_savepoint(&self) -> Result<Savepoint, WeirError> {
         self.request(JobCommand::TriggerSavepoint)?
     }
 
-    /// Takes a savepoint, then stops the job; returns the savepoint's location and the
-    /// job's result.
-    pub fn stop_with_savepoint(self) -> Result<(String, JobExecutionResult), WeirError> {
-        let path = self.request(JobCommand::StopWithSavepoint)??;
+    /// Stops the job with a savepoint (Flink's `stop`): every source stops at the
+    /// savepoint's barrier and emits nothing after it, nothing after the barrier is processed
+    /// anywhere, and once the savepoint completes its output is committed and the tasks end
+    /// (no end of input: functions' `end_input` does not run). Returns the savepoint and the job's result (status `Stopped`).
+    ///
+    /// If the savepoint fails (declined, expired) the job keeps running, detached from this
+    /// client, and the error is returned.
+    pub fn stop_with_savepoint(self) -> Result<(Savepoint, JobExecutionResult), WeirError> {
+        self.stop(StopMode::NoDrain)
+    }
+
+    /// Stops the job with a savepoint after draining it (Flink's `stop --drain`): every
+    /// source ends its input at the savepoint's barrier, every operator processes the end of
+    /// its input (functions' `end_input` runs) before its snapshot, and once the savepoint
+    /// completes its output — including what `end_input` emitted — is committed and the job
+    /// ends. Meant for a job that will not be resumed. Returns the savepoint and the
+    /// job's result (status `Stopped`).
+    ///
+    /// If the savepoint fails, the operators have already ended their input, so the job fails
+    /// over to its latest restore point (per its restart strategy) and the error is returned.
+    pub fn stop_with_savepoint_and_drain(
+        self,
+    ) -> Result<(Savepoint, JobExecutionResult), WeirError> {
+        self.stop(StopMode::Drain)
+    }
+
+    fn stop(self, mode: StopMode) -> Result<(Savepoint, JobExecutionResult), WeirError> {
+        let path = self.request(|reply| JobCommand::StopWithSavepoint(mode, reply))??;
         Ok((path, self.wait()?))
     }
 

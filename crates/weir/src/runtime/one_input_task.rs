@@ -8,8 +8,11 @@ use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::input_gate::{GateNext, InputGate};
 use crate::runtime::output::{OperatorMetrics, Output};
-use crate::runtime::snapshot::{await_final_checkpoint, checkpoint_chain, CheckpointNotification};
-use crate::runtime::stream_element::{StreamElement, StreamEvent};
+use crate::runtime::snapshot::{
+    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
+    StopOutcome,
+};
+use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
 
 /// Reads the input gate and pushes records through the chain.
@@ -26,6 +29,13 @@ pub struct OneInputStreamTask<T> {
     final_checkpoint: Option<u64>,
     /// Highest checkpoint whose completion this task has been told of.
     completed_up_to: u64,
+    /// The stop-with-savepoint barrier this task just took: it reads nothing more until the
+    /// savepoint's fate is known.
+    stop_at: Option<CheckpointBarrier>,
+    /// Channels that sent their end of data.
+    data_ended: Vec<bool>,
+    /// Whether the chain has ended its input (every channel's data ended).
+    input_ended: bool,
 }
 
 impl<T: Record> OneInputStreamTask<T> {
@@ -38,6 +48,9 @@ impl<T: Record> OneInputStreamTask<T> {
             first_barrier: None,
             final_checkpoint: None,
             completed_up_to: 0,
+            stop_at: None,
+            data_ended: Vec::new(),
+            input_ended: false,
         }
     }
 
@@ -55,9 +68,15 @@ impl<T: Record> OneInputStreamTask<T> {
                         Some((id, at)) if id == barrier.checkpoint_id => at.elapsed(),
                         _ => Duration::ZERO,
                     };
+                    // A draining stop's barrier makes the chain end its input before the
+                    // snapshot (the operators see it first); all input before it is processed,
+                    // and the sources sent nothing after it.
                     checkpoint_chain(&mut *self.head, Vec::new(), barrier, env, alignment)?;
                     if barrier.is_final {
                         self.final_checkpoint = Some(barrier.checkpoint_id);
+                    }
+                    if barrier.stop.is_some() {
+                        self.stop_at = Some(barrier);
                     }
                 }
                 BarrierAction::Abort(checkpoint_id) => {
@@ -99,6 +118,54 @@ impl<T: Record> OneInputStreamTask<T> {
         }
     }
 
+    /// The chain ends its input once: when every channel's data has ended (before the final
+    /// barrier, which is in those channels after their end of data), or at the latest when
+    /// every channel has closed.
+    fn end_data(&mut self) -> Result<(), TaskError> {
+        if !self.input_ended {
+            self.input_ended = true;
+            self.head.emit_event(&StreamEvent::EndOfData)?;
+        }
+        Ok(())
+    }
+
+    /// Every input channel has ended: the chain ends its input (if the channels' ends of
+    /// data did not already), the stream ends, and the task waits for the final checkpoint's
+    /// completion if it took part in one.
+    fn end_input(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
+        self.end_data()?;
+        self.head.emit_event(&StreamEvent::EndOfStream)?;
+        // The completion notice may have come before the end of the input.
+        if let Some(final_id) = self.final_checkpoint.filter(|f| *f > self.completed_up_to) {
+            let head = &mut self.head;
+            await_final_checkpoint(env, final_id, |n| head.notify_checkpoint(n))?;
+        }
+        Ok(())
+    }
+
+    /// After a stop-with-savepoint's snapshot: waits for the savepoint's fate; returns true
+    /// when the task ends (the savepoint completed and its notice reached the chain, or it
+    /// failed and the input had ended meanwhile).
+    fn await_stop(
+        &mut self,
+        barrier: CheckpointBarrier,
+        handler: &mut BarrierHandler,
+        env: &TaskEnvironment,
+    ) -> Result<bool, TaskError> {
+        let outcome =
+            await_stop_savepoint(env, barrier, |control| self.on_control(control, handler))?;
+        match outcome {
+            // No end of input (drained chains ended theirs at the barrier): the task ends as
+            // the savepoint left it.
+            StopOutcome::Completed => Ok(true),
+            StopOutcome::Resumed if self.gate.is_finished() => {
+                self.end_input(env)?;
+                Ok(true)
+            }
+            StopOutcome::Resumed => Ok(false),
+        }
+    }
+
     /// Handles an event; returns true when the input has ended.
     fn on_event(
         &mut self,
@@ -108,19 +175,25 @@ impl<T: Record> OneInputStreamTask<T> {
         env: &TaskEnvironment,
     ) -> Result<bool, TaskError> {
         match event {
+            StreamEvent::EndOfData => {
+                if self.data_ended.len() != self.gate.num_channels() {
+                    self.data_ended = vec![false; self.gate.num_channels()];
+                }
+                self.data_ended[channel] = true;
+                let all_ended = (0..self.data_ended.len())
+                    .all(|c| self.data_ended[c] || self.gate.is_channel_finished(c));
+                if all_ended {
+                    self.end_data()?;
+                }
+                Ok(false)
+            }
             StreamEvent::EndOfStream => {
                 self.gate.mark_finished(channel);
                 let actions = handler.on_channel_finished(&self.gate.open_flags());
                 self.apply(actions, env)?;
-                if self.gate.is_finished() {
-                    self.head.emit_event(&StreamEvent::EndOfStream)?;
-                    // The completion notice may have come before the end of the input.
-                    if let Some(final_id) =
-                        self.final_checkpoint.filter(|f| *f > self.completed_up_to)
-                    {
-                        let head = &mut self.head;
-                        await_final_checkpoint(env, final_id, |n| head.notify_checkpoint(n))?;
-                    }
+                // A stop-with-savepoint's snapshot just taken is settled first (see `invoke`).
+                if self.gate.is_finished() && self.stop_at.is_none() {
+                    self.end_input(env)?;
                     return Ok(true);
                 }
                 Ok(false)
@@ -150,6 +223,7 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         self.head.open()?;
         if self.gate.num_channels() == 0 {
+            self.end_data()?;
             return self.head.emit_event(&StreamEvent::EndOfStream);
         }
         let mut handler = BarrierHandler::new(env.mode);
@@ -186,6 +260,12 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
                 StreamElement::Event(event) => {
                     if self.on_event(channel, event, &mut handler, env)? {
                         return Ok(());
+                    }
+                    if let Some(stop) = self.stop_at.take() {
+                        if self.await_stop(stop, &mut handler, env)? {
+                            return Ok(());
+                        }
+                        flush_deadline = Instant::now() + self.buffer_timeout;
                     }
                 }
             }

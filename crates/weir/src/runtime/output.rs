@@ -22,6 +22,10 @@ pub struct OperatorMetrics {
     pub records_in: u64,
     /// Records the operator emitted.
     pub records_out: u64,
+    /// Malformed records a source skipped.
+    pub records_skipped: u64,
+    /// Malformed records a source passed on as dead letters (also counted in `records_out`).
+    pub records_dead_lettered: u64,
 }
 
 /// Where records of type `T` go; an operator is the `Output` of its predecessor, so these
@@ -77,6 +81,22 @@ pub(crate) use chain_end_lifecycle;
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
 /// after the user function returns, so user code calls `collect` without handling them.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let pairs = env
+///     .generate(3, |i| i)
+///     .flat_map(|n: u64, out: &mut Collector<'_, (u64, u64)>| {
+///         for k in 0..n {
+///             out.collect((n, k)); // any number of records per input
+///         }
+///     })
+///     .collect();
+/// env.execute("pairs")?;
+/// assert_eq!(pairs.take(), vec![(1, 0), (2, 0), (2, 1)]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct Collector<'a, T> {
     output: &'a mut dyn Output<T>,
     emitted: u64,
@@ -131,7 +151,12 @@ pub(crate) fn call_user<R>(operator: &Arc<str>, f: impl FnOnce() -> R) -> Result
 
 /// Attributes a user error to an operator.
 pub(crate) fn user_error(operator: &Arc<str>, error: BoxError) -> TaskError {
-    in_operator(operator, TaskError::User(error))
+    // A malformed record stays typed, so that callers can read where it was.
+    let cause = match error.downcast::<crate::connectors::malformed::MalformedRecordError>() {
+        Ok(malformed) => TaskError::MalformedRecord(*malformed),
+        Err(error) => TaskError::User(error),
+    };
+    in_operator(operator, cause)
 }
 
 /// Wraps `cause` with the operator it happened in.

@@ -12,7 +12,7 @@ use crate::error::{panic_message, TaskError};
 use crate::graph::ids::NodeId;
 use crate::runtime::output::Output;
 use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
-use crate::runtime::task::{TaskEnvironment, TaskEvent};
+use crate::runtime::task::{TaskControl, TaskEnvironment, TaskEvent};
 use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
 
 /// What a checkpoint notification says.
@@ -54,7 +54,7 @@ pub fn await_final_checkpoint(
     loop {
         crossbeam_channel::select! {
             recv(env.control) -> message => match message {
-                Ok(crate::runtime::task::TaskControl::Notify(notification)) => {
+                Ok(TaskControl::Notify(notification)) => {
                     on_notification(notification)?;
                     match notification {
                         CheckpointNotification::Complete(id) if id >= final_id => return Ok(()),
@@ -63,7 +63,54 @@ pub fn await_final_checkpoint(
                         _ => {}
                     }
                 }
-                Ok(crate::runtime::task::TaskControl::Stop) | Err(_) => return Err(TaskError::Cancelled),
+                Ok(TaskControl::Stop) | Err(_) => return Err(TaskError::Cancelled),
+            },
+            recv(env.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
+        }
+    }
+}
+
+/// How a stop-with-savepoint at whose barrier a task waited ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The savepoint completed (its notice was passed on, so sinks committed it): the task
+    /// ends.
+    Completed,
+    /// The savepoint failed and the job runs on: the task resumes where it stopped.
+    Resumed,
+}
+
+/// After taking a stop-with-savepoint's snapshot at `barrier`, waits for the savepoint's
+/// fate, passing every message from the job manager to `on_control` (which delivers
+/// notifications to the chain). Nothing else is read meanwhile: nothing follows the barrier
+/// in any channel, and the task's own input waits unread in case the savepoint fails.
+pub fn await_stop_savepoint(
+    env: &TaskEnvironment,
+    barrier: CheckpointBarrier,
+    mut on_control: impl FnMut(TaskControl) -> Result<(), TaskError>,
+) -> Result<StopOutcome, TaskError> {
+    let id = barrier.checkpoint_id;
+    loop {
+        crossbeam_channel::select! {
+            recv(env.control) -> message => {
+                let control = message.map_err(|_| TaskError::Cancelled)?;
+                on_control(control)?;
+                match control {
+                    TaskControl::Notify(CheckpointNotification::Complete(done)) if done >= id => {
+                        return Ok(StopOutcome::Completed)
+                    }
+                    // Having ended its input, a drained chain cannot take records again; the
+                    // job manager fails the job over to its latest restore point.
+                    TaskControl::Notify(CheckpointNotification::Aborted(aborted))
+                        if aborted == id && barrier.drains() =>
+                    {
+                        return Err(TaskError::Cancelled)
+                    }
+                    TaskControl::Notify(CheckpointNotification::Aborted(aborted)) if aborted == id => {
+                        return Ok(StopOutcome::Resumed)
+                    }
+                    _ => {}
+                }
             },
             recv(env.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
         }

@@ -7,13 +7,19 @@
 //! enumerator, then queues the trigger to every reader behind the assignments it already
 //! sent — so every split is, at the checkpoint, either in the enumerator's state or in
 //! exactly one reader's.
+//!
+//! A stop-with-savepoint's barrier is the last thing a reader emits (Flink's synchronous
+//! savepoint): it then reads nothing and waits for the savepoint's fate — on completion the
+//! task ends, on failure (without drain) it reads on from where it stopped.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
 use crate::checkpoint::metadata::{ListRedistribution, ListStateEntry};
+use crate::connectors::malformed::MalformedRecordCounters;
 use crate::connectors::source::{
     InputStatus, ReaderEvent, Source, SourceReader, SourceReaderContext, SplitAssignment,
     SplitEnumerator, SplitEnumeratorContext,
@@ -24,7 +30,8 @@ use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
 use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics, Output};
 use crate::runtime::snapshot::{
-    await_final_checkpoint, checkpoint_chain, CheckpointNotification, OperatorSnapshot,
+    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
+    OperatorSnapshot, StopOutcome,
 };
 use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
 use crate::runtime::stream_type::{downcast, AnyBox};
@@ -67,6 +74,16 @@ pub struct SourceTask<S: Source> {
     output: Box<dyn Output<S::Output>>,
     buffer_timeout: Duration,
     records_out: u64,
+    /// What the reader counts of malformed records.
+    malformed: MalformedRecordCounters,
+    /// The stop-with-savepoint barrier just emitted: the reader reads nothing more until the
+    /// savepoint's fate is known.
+    stop_at: Option<CheckpointBarrier>,
+    /// Checkpoints newer than the last one taken that the job manager already aborted: a
+    /// late stop-with-savepoint trigger among them must not stop the source.
+    aborted: BTreeSet<u64>,
+    /// The newest checkpoint this reader took.
+    last_checkpoint: u64,
 }
 
 impl<S: Source> SourceTask<S> {
@@ -88,12 +105,25 @@ impl<S: Source> SourceTask<S> {
         }
     }
 
-    /// Snapshots the reader's position between two records, then the chain.
+    /// Snapshots the reader's position between two records, then the chain. At a
+    /// stop-with-savepoint's barrier the source stops: it reads nothing after it, so its
+    /// position in the savepoint is exactly where it stopped.
     fn checkpoint(
         &mut self,
-        barrier: CheckpointBarrier,
+        mut barrier: CheckpointBarrier,
         env: &TaskEnvironment,
     ) -> Result<(), TaskError> {
+        let id = barrier.checkpoint_id;
+        if barrier.stop.is_some() && self.aborted.contains(&id) {
+            // The stop already failed; downstream ignores the barrier of an aborted
+            // checkpoint, and with the flag cleared no chained operator ends its input.
+            barrier.stop = None;
+        }
+        self.aborted.retain(|aborted| *aborted > id);
+        self.last_checkpoint = self.last_checkpoint.max(id);
+        // With drain, this source's input ends here: the chained operators end their input
+        // when the barrier passes them, before their snapshot. (Once event time exists, the
+        // maximum watermark is emitted here, before the barrier, as Flink does on drain.)
         let reader = &mut self.reader;
         let splits = call_user(&self.name, || reader.snapshot_state(barrier.checkpoint_id))?
             .map_err(|e| user_error(&self.name, e))?;
@@ -117,16 +147,41 @@ impl<S: Source> SourceTask<S> {
             barrier,
             env,
             Duration::ZERO,
-        )
+        )?;
+        if barrier.stop.is_some() {
+            self.stop_at = Some(barrier);
+        }
+        Ok(())
+    }
+
+    /// Waits at a stop-with-savepoint's barrier; returns whether the savepoint completed
+    /// (the task ends) or failed (reading resumes).
+    fn await_stop(
+        &mut self,
+        barrier: CheckpointBarrier,
+        env: &TaskEnvironment,
+    ) -> Result<StopOutcome, TaskError> {
+        tracing::debug!(task = %env.task_name, savepoint = barrier.checkpoint_id, "source stopped at the savepoint's barrier");
+        let outcome = await_stop_savepoint(env, barrier, |control| self.on_control(control))?;
+        if outcome == StopOutcome::Resumed {
+            tracing::info!(task = %env.task_name, savepoint = barrier.checkpoint_id, "stop-with-savepoint failed; reading resumes");
+        }
+        Ok(outcome)
     }
 
     fn on_control(&mut self, control: TaskControl) -> Result<(), TaskError> {
         match control {
             TaskControl::Notify(notification) => {
-                if let CheckpointNotification::Complete(id) = notification {
-                    let reader = &mut self.reader;
-                    call_user(&self.name, || reader.notify_checkpoint_complete(id))?
-                        .map_err(|e| user_error(&self.name, e))?;
+                match notification {
+                    CheckpointNotification::Complete(id) => {
+                        let reader = &mut self.reader;
+                        call_user(&self.name, || reader.notify_checkpoint_complete(id))?
+                            .map_err(|e| user_error(&self.name, e))?;
+                    }
+                    CheckpointNotification::Aborted(id) if id > self.last_checkpoint => {
+                        self.aborted.insert(id);
+                    }
+                    CheckpointNotification::Aborted(_) => {}
                 }
                 self.output.notify_checkpoint(notification)
             }
@@ -135,8 +190,9 @@ impl<S: Source> SourceTask<S> {
     }
 
     /// All input is read: tells the job manager, then keeps taking checkpoints until the
-    /// final one, whose id it returns.
-    fn await_final_trigger(&mut self, env: &TaskEnvironment) -> Result<u64, TaskError> {
+    /// final one, whose id it returns; `None` when the job was stopped with a savepoint
+    /// meanwhile.
+    fn await_final_trigger(&mut self, env: &TaskEnvironment) -> Result<Option<u64>, TaskError> {
         let _ = env.events.send(TaskEvent::EndOfInput { task: env.task });
         loop {
             select! {
@@ -145,7 +201,12 @@ impl<S: Source> SourceTask<S> {
                         ReaderMessage::Trigger(barrier) => {
                             self.checkpoint(barrier, env)?;
                             if barrier.is_final {
-                                return Ok(barrier.checkpoint_id);
+                                return Ok(Some(barrier.checkpoint_id));
+                            }
+                            if let Some(stop) = self.stop_at.take() {
+                                if self.await_stop(stop, env)? == StopOutcome::Completed {
+                                    return Ok(None);
+                                }
                             }
                         }
                         other => self.on_message(other, env)?,
@@ -229,7 +290,17 @@ impl<S: Source> Invokable for SourceTask<S> {
             if env.cancel.is_cancelled() {
                 return Err(TaskError::Cancelled);
             }
+            if let Some(stop) = self.stop_at.take() {
+                match self.await_stop(stop, env)? {
+                    StopOutcome::Completed => return Ok(()),
+                    StopOutcome::Resumed => flush_deadline = Instant::now() + self.buffer_timeout,
+                }
+            }
             self.take_messages(env)?;
+            // A stop-with-savepoint's barrier was just emitted: not one more record.
+            if self.stop_at.is_some() {
+                continue;
+            }
             let mut status = InputStatus::NothingAvailable;
             let reader = &mut self.reader;
             call_with_collector(
@@ -257,12 +328,17 @@ impl<S: Source> Invokable for SourceTask<S> {
                 InputStatus::EndOfInput => break,
             }
         }
+        // The data ends before the final barrier, so that what operators emit when their
+        // input ends is in the final checkpoint and committed with it (FLIP-147).
+        self.output.emit_event(&StreamEvent::EndOfData)?;
         if !env.checkpointing() {
             return self.output.emit_event(&StreamEvent::EndOfStream);
         }
         // Flink's FLIP-147: the task ends only after a final checkpoint covering all its
         // output has completed, so its last transactions are committed exactly once.
-        let final_id = self.await_final_trigger(env)?;
+        let Some(final_id) = self.await_final_trigger(env)? else {
+            return Ok(());
+        };
         self.output.emit_event(&StreamEvent::EndOfStream)?;
         let (reader, output, name) = (&mut self.reader, &mut self.output, &self.name);
         await_final_checkpoint(env, final_id, |n| {
@@ -280,6 +356,8 @@ impl<S: Source> Invokable for SourceTask<S> {
             subtask: self.subtask,
             records_in: 0,
             records_out: self.records_out,
+            records_skipped: self.malformed.skipped(),
+            records_dead_lettered: self.malformed.dead_lettered(),
         });
         self.output.report_metrics(into);
     }
@@ -475,6 +553,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             setup.parallelism,
             endpoint.to_coordinator.clone(),
         );
+        let malformed = context.malformed_record_counters();
         let reader = self.source.create_reader(context)?;
         Ok(Box::new(SourceTask::<S> {
             node: setup.node,
@@ -486,6 +565,10 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             output,
             buffer_timeout: setup.config.buffer_timeout,
             records_out: 0,
+            malformed,
+            stop_at: None,
+            aborted: BTreeSet::new(),
+            last_checkpoint: 0,
         }))
     }
 

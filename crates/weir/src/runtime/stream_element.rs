@@ -24,6 +24,30 @@ pub struct CheckpointBarrier {
     /// The job's final checkpoint: every source has read all its input and ends right after
     /// it; tasks finish once it completes (Flink's FLIP-147).
     pub is_final: bool,
+    /// Set on the barrier of a stop-with-savepoint's savepoint: nothing follows it in any
+    /// channel, and every task ends once the savepoint completes (or carries on if it fails,
+    /// without drain).
+    pub stop: Option<StopMode>,
+}
+
+impl CheckpointBarrier {
+    /// Whether operators end their input at this barrier, before their snapshot.
+    pub fn drains(&self) -> bool {
+        self.stop == Some(StopMode::Drain)
+    }
+}
+
+/// How a stop-with-savepoint ends the job (Flink's `StopMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopMode {
+    /// Sources stop at the savepoint's barrier and nothing after it is processed; operators
+    /// keep their state as it is (no end of input), so the job continues from the savepoint
+    /// as if it had never stopped.
+    NoDrain,
+    /// Sources end their input at the savepoint's barrier and operators process the end of
+    /// input (`end_input`) before their snapshot, as if a bounded input had ended: for jobs
+    /// that are not meant to be resumed.
+    Drain,
 }
 
 /// An event that travels in-band, ordered with the records of its channel.
@@ -31,8 +55,26 @@ pub struct CheckpointBarrier {
 pub enum StreamEvent {
     /// A checkpoint barrier.
     Barrier(CheckpointBarrier),
-    /// The producer has no more records for this channel.
+    /// The producer has no more records for this channel (Flink's `EndOfData`); barriers
+    /// may still follow, the final checkpoint's among them. Operators end their input when
+    /// every channel has sent it, before that final barrier, so that what they emit then is
+    /// in the final checkpoint and committed with it (FLIP-147).
+    EndOfData,
+    /// The producer sends nothing more on this channel (Flink's `EndOfPartition`).
     EndOfStream,
+}
+
+impl StreamEvent {
+    /// Whether operators end their input at this event: at the end of the data, and at a
+    /// draining stop-with-savepoint's barrier (before their snapshot, so that what
+    /// `end_input` emits belongs to the savepoint).
+    pub fn ends_input(&self) -> bool {
+        match self {
+            StreamEvent::EndOfData => true,
+            StreamEvent::EndOfStream => false,
+            StreamEvent::Barrier(barrier) => barrier.drains(),
+        }
+    }
 }
 
 /// One message of a channel.

@@ -62,7 +62,9 @@ impl TaskEnvironment {
 pub enum TaskControl {
     /// A checkpoint completed or was aborted.
     Notify(CheckpointNotification),
-    /// Stop now (after the messages sent before this one): stop-with-savepoint.
+    /// Stop now (after the messages sent before this one). Sent after a stop-with-savepoint's
+    /// completion notice, at which tasks waiting at its barrier end by themselves; it only
+    /// reaches a task that did not.
     Stop,
 }
 

@@ -37,6 +37,15 @@ where
         }
     }
 
+    /// Every key with a value, with the index of its key group, in key-group order.
+    pub fn keys(&self) -> Vec<(usize, K)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(group, map)| map.keys().map(move |k| (group, k.clone())))
+            .collect()
+    }
+
     /// The value of `key` in group `group`.
     #[inline]
     pub fn get(&self, group: usize, key: &K) -> Option<&S> {

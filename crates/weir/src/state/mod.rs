@@ -12,5 +12,5 @@ pub use heap_keyed_state_backend::HeapKeyedStateBackend;
 pub use key_group::{KeyGroupAssigner, KeyGroupRange};
 pub use operator_state::OperatorStateBackend;
 pub use state_handles::{
-    AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
+    AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState,
 };

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
-use crate::api::functions::KeyedContext;
+use crate::api::functions::{AggregateFunction, KeyedContext};
 use crate::error::StateError;
 use crate::record::Key;
-use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
 use crate::state::keyed_state_table::{StateTable, StateValue};
 
 /// Name of a state plus the index it resolved to in the last backend it was used with.
@@ -61,6 +61,56 @@ fn with_table<K: Key, S: StateValue, R>(
     Ok(f(table, group, key))
 }
 
+/// A keyed state handle: a state declared by name whose keys can be visited, for instance
+/// at the end of the input with
+/// [`KeyedEndContext::for_each_key`](crate::api::functions::KeyedEndContext::for_each_key).
+pub trait KeyedState {
+    /// The state's name.
+    fn state_name(&self) -> &str;
+    /// Every key that has a value in this state in `backend`, with its key group slot.
+    fn keys<K: Key>(
+        &self,
+        backend: &mut HeapKeyedStateBackend<K>,
+    ) -> Result<Vec<(K, KeyGroupSlot)>, StateError>;
+}
+
+/// The keys of the table behind `core`, whose per-key values are `S`.
+fn keys_of<K: Key, S: StateValue>(
+    core: &HandleCore,
+    backend: &mut HeapKeyedStateBackend<K>,
+) -> Result<Vec<(K, KeyGroupSlot)>, StateError> {
+    let start = backend.key_group_range().start;
+    let table = core.table::<K, S>(backend)?;
+    Ok(table
+        .keys()
+        .into_iter()
+        .map(|(index, key)| {
+            let slot = KeyGroupSlot {
+                key_group: start + index as u32,
+                index,
+            };
+            (key, slot)
+        })
+        .collect())
+}
+
+/// Implements [`KeyedState`] for a handle whose per-key value type is `$stored`.
+macro_rules! keyed_state_handle {
+    ($name:ident < $($p:ident),* > stores $stored:ty where $($bounds:tt)*) => {
+        impl<$($p),*> KeyedState for $name<$($p),*> where $($bounds)* {
+            fn state_name(&self) -> &str {
+                &self.core.name
+            }
+            fn keys<K: Key>(
+                &self,
+                backend: &mut HeapKeyedStateBackend<K>,
+            ) -> Result<Vec<(K, KeyGroupSlot)>, StateError> {
+                keys_of::<K, $stored>(&self.core, backend)
+            }
+        }
+    };
+}
+
 macro_rules! handle_boilerplate {
     ($name:ident < $($p:ident),* >) => {
         impl<$($p),*> std::fmt::Debug for $name<$($p),*> {
@@ -72,6 +122,29 @@ macro_rules! handle_boilerplate {
 }
 
 /// One value per key.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Emits each value with the one before it of the same key.
+/// #[derive(Clone)]
+/// struct Previous {
+///     last: ValueState<u64>,
+/// }
+///
+/// impl KeyedProcessFunction<u64, u64, (Option<u64>, u64)> for Previous {
+///     fn process_element(&mut self, value: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, (Option<u64>, u64)>) -> Result<(), BoxError> {
+///         out.collect((self.last.value(ctx)?, value));
+///         Ok(self.last.update(ctx, value)?)
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let out = env.generate(4, |i| i).key_by(|v: &u64| v % 2).process(Previous { last: ValueState::new("last") }).collect();
+/// env.execute("previous")?;
+/// assert_eq!(out.take(), vec![(None, 0), (None, 1), (Some(0), 2), (Some(1), 3)]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct ValueState<V> {
     core: HandleCore,
     _value: PhantomData<fn() -> V>,
@@ -128,6 +201,34 @@ impl<V: StateValue> ValueState<V> {
 }
 
 /// A list of values per key.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Emits a key's values in groups of three.
+/// #[derive(Clone)]
+/// struct Triples {
+///     pending: ListState<u64>,
+/// }
+///
+/// impl KeyedProcessFunction<u64, u64, Vec<u64>> for Triples {
+///     fn process_element(&mut self, value: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, Vec<u64>>) -> Result<(), BoxError> {
+///         self.pending.add(ctx, value)?;
+///         let pending = self.pending.get(ctx)?;
+///         if pending.len() == 3 {
+///             out.collect(pending);
+///             self.pending.clear(ctx)?;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let out = env.generate(7, |i| i).key_by(|_: &u64| 0u64).process(Triples { pending: ListState::new("pending") }).collect();
+/// env.execute("triples")?;
+/// assert_eq!(out.take(), vec![vec![0, 1, 2], vec![3, 4, 5]]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct ListState<V> {
     core: HandleCore,
     _value: PhantomData<fn() -> V>,
@@ -187,6 +288,39 @@ impl<V: StateValue> ListState<V> {
 }
 
 /// A map per key.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Per user, counts visits per page and emits the page's new count.
+/// #[derive(Clone)]
+/// struct Visits {
+///     per_page: MapState<String, u64>,
+/// }
+///
+/// impl KeyedProcessFunction<String, (String, String), (String, String, u64)> for Visits {
+///     fn process_element(&mut self, (user, page): (String, String), ctx: &mut KeyedContext<'_, String>, out: &mut Collector<'_, (String, String, u64)>) -> Result<(), BoxError> {
+///         let n = self.per_page.get(ctx, &page)?.unwrap_or(0) + 1;
+///         self.per_page.put(ctx, page.clone(), n)?;
+///         out.collect((user, page, n));
+///         Ok(())
+///     }
+/// }
+///
+/// let clicks = vec![("ann", "/a"), ("ann", "/b"), ("ann", "/a")]
+///     .into_iter()
+///     .map(|(u, p)| (u.to_string(), p.to_string()))
+///     .collect();
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let out = env
+///     .from_collection(clicks)
+///     .key_by(|(user, _): &(String, String)| user.clone())
+///     .process(Visits { per_page: MapState::new("visits") })
+///     .collect();
+/// env.execute("visits")?;
+/// assert_eq!(out.take().last().map(|v| v.2), Some(2));
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct MapState<UK, UV> {
     core: HandleCore,
     _types: PhantomData<fn() -> (UK, UV)>,
@@ -278,6 +412,38 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
 }
 
 /// A value per key that folds each added value in with a reduce function.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// fn add(a: u64, b: u64) -> u64 {
+///     a + b
+/// }
+///
+/// /// Emits each key's running total.
+/// #[derive(Clone)]
+/// struct Total {
+///     sum: ReducingState<u64, fn(u64, u64) -> u64>,
+/// }
+///
+/// impl KeyedProcessFunction<u64, u64, u64> for Total {
+///     fn process_element(&mut self, value: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, u64>) -> Result<(), BoxError> {
+///         self.sum.add(ctx, value)?;
+///         out.collect(self.sum.get(ctx)?.unwrap_or(0));
+///         Ok(())
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let out = env
+///     .generate(4, |i| i)
+///     .key_by(|_: &u64| 0u64)
+///     .process(Total { sum: ReducingState::new("sum", add as fn(u64, u64) -> u64) })
+///     .collect();
+/// env.execute("totals")?;
+/// assert_eq!(out.take(), vec![0, 1, 3, 6]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct ReducingState<V, F> {
     core: HandleCore,
     reduce: F,
@@ -324,17 +490,46 @@ impl<V: StateValue, F: Fn(V, V) -> V> ReducingState<V, F> {
     }
 }
 
-/// How an [`AggregatingState`] accumulates (Flink's `AggregateFunction`).
-pub trait AggregateFunction<IN, ACC, OUT> {
-    /// A new, empty accumulator.
-    fn create_accumulator(&self) -> ACC;
-    /// Adds `value` to `accumulator`.
-    fn add(&self, value: IN, accumulator: &mut ACC);
-    /// The result an accumulator stands for.
-    fn get_result(&self, accumulator: &ACC) -> OUT;
-}
-
 /// A value per key that accumulates added inputs with an [`AggregateFunction`].
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// The mean of the values added.
+/// #[derive(Clone)]
+/// struct Mean;
+///
+/// impl AggregateFunction<u64, (u64, u64), f64> for Mean {
+///     fn create_accumulator(&self) -> (u64, u64) { (0, 0) }
+///     fn add(&self, value: u64, acc: &mut (u64, u64)) { acc.0 += value; acc.1 += 1; }
+///     fn get_result(&self, acc: &(u64, u64)) -> f64 { acc.0 as f64 / acc.1 as f64 }
+///     fn merge(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) { (a.0 + b.0, a.1 + b.1) }
+/// }
+///
+/// /// Emits each key's running mean.
+/// #[derive(Clone)]
+/// struct RunningMean {
+///     mean: AggregatingState<u64, (u64, u64), f64, Mean>,
+/// }
+///
+/// impl KeyedProcessFunction<u64, u64, f64> for RunningMean {
+///     fn process_element(&mut self, value: u64, ctx: &mut KeyedContext<'_, u64>, out: &mut Collector<'_, f64>) -> Result<(), BoxError> {
+///         self.mean.add(ctx, value)?;
+///         out.collect(self.mean.get(ctx)?.unwrap_or(0.0));
+///         Ok(())
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let out = env
+///     .generate(3, |i| i * 2)
+///     .key_by(|_: &u64| 0u64)
+///     .process(RunningMean { mean: AggregatingState::new("mean", Mean) })
+///     .collect();
+/// env.execute("means")?;
+/// assert_eq!(out.take(), vec![0.0, 1.0, 2.0]);
+/// # Ok::<(), WeirError>(())
+/// ```
 pub struct AggregatingState<IN, ACC, OUT, A> {
     core: HandleCore,
     function: A,
@@ -389,3 +584,9 @@ impl<IN, ACC: StateValue, OUT, A: AggregateFunction<IN, ACC, OUT>>
         })
     }
 }
+
+keyed_state_handle!(ValueState<V> stores V where V: StateValue);
+keyed_state_handle!(ListState<V> stores Vec<V> where V: StateValue);
+keyed_state_handle!(MapState<UK, UV> stores HashMap<UK, UV> where UK: StateValue + Hash + Eq, UV: StateValue);
+keyed_state_handle!(ReducingState<V, F> stores V where V: StateValue);
+keyed_state_handle!(AggregatingState<IN, ACC, OUT, A> stores ACC where ACC: StateValue);

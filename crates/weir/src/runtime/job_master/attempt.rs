@@ -17,7 +17,7 @@ use crate::runtime::deployment::{deploy, DeployError, RestorePoint};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
-use crate::runtime::stream_element::SnapshotType;
+use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task::{run_task, TaskControl, TaskEnvironment, TaskEvent};
 
 /// How one run of the job's tasks ended.
@@ -45,7 +45,8 @@ pub(super) struct Attempt {
     pub(super) secondary: Option<(String, SubtaskRef, TaskError)>,
     pub(super) job_error: Option<WeirError>,
     pub(super) threads: Vec<JoinHandle<()>>,
-    pub(super) stop_savepoint: Option<u64>,
+    /// The pending savepoint of a stop-with-savepoint, and how it stops the job.
+    pub(super) stop_savepoint: Option<(u64, StopMode)>,
     /// The savepoint a stop-with-savepoint completed: id and location.
     pub(super) stopped_with: Option<(u64, String)>,
     pub(super) cancelled: bool,
@@ -69,7 +70,8 @@ impl Attempt {
     }
 
     /// Asks every task to stop after the messages already sent to it (stop-with-savepoint:
-    /// the savepoint's completion notice is delivered first).
+    /// the savepoint's completion notice is delivered first, and ends the tasks waiting at
+    /// its barrier).
     pub(super) fn stop_tasks(&mut self) {
         self.stopping = true;
         for control in self.task_controls.values() {
@@ -101,6 +103,11 @@ impl Attempt {
 
     pub(super) fn is_stopping(&self) -> bool {
         self.stopping
+    }
+
+    /// Whether `id` is the savepoint of a pending stop-with-savepoint.
+    pub(super) fn is_stop_savepoint(&self, id: u64) -> bool {
+        self.stop_savepoint.is_some_and(|(stop, _)| stop == id)
     }
 }
 
@@ -393,17 +400,16 @@ impl JobMaster {
                     }
                 }
             }
-            JobCommand::StopWithSavepoint(reply) => {
-                match self.trigger(SnapshotType::Savepoint, attempt) {
-                    Ok(id) => {
-                        attempt.stop_savepoint = Some(id);
-                        self.savepoint_waiters.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
+            JobCommand::StopWithSavepoint(mode, reply) => match self.trigger_stop(mode, attempt) {
+                Ok(id) => {
+                    tracing::info!(job = %self.job_name(), savepoint = id, ?mode, "stopping with a savepoint");
+                    attempt.stop_savepoint = Some((id, mode));
+                    self.savepoint_waiters.insert(id, reply);
                 }
-            }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             JobCommand::Cancel => {
                 tracing::info!(job = %self.job_name(), "cancelling job");
                 attempt.cancelled = true;

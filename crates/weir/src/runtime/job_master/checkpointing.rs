@@ -6,11 +6,23 @@ use std::time::Instant;
 
 use super::attempt::Attempt;
 use super::JobMaster;
+use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::coordinator::{AckOutcome, Acknowledgement, Participant, PendingCheckpoint};
+use crate::checkpoint::savepoint::Savepoint;
 use crate::error::WeirError;
 use crate::runtime::snapshot::{now_millis, CheckpointNotification};
 use crate::runtime::source_task::CoordinatorControl;
-use crate::runtime::stream_element::SnapshotType;
+use crate::runtime::stream_element::{SnapshotType, StopMode};
+
+/// What ends with a checkpoint: the job's input (the final checkpoint), or the job by a
+/// stop-with-savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Finality {
+    /// The final checkpoint after every source has read all its input.
+    Final,
+    /// A stop-with-savepoint's savepoint.
+    Stop(StopMode),
+}
 
 impl JobMaster {
     pub(super) fn fail_pending(&mut self, reason: &str) {
@@ -37,7 +49,36 @@ impl JobMaster {
                     .into(),
             ));
         }
-        self.start_checkpoint(kind, attempt, false)
+        // The sources stop at a stop-with-savepoint's barrier and take no checkpoint after
+        // it until it fails: a later one could never complete, and nothing may complete after
+        // the stop's savepoint anyway.
+        if let Some((id, _)) = attempt.stop_savepoint {
+            return Err(WeirError::InvalidRequest(format!(
+                "the job is stopping with savepoint {id}; no more checkpoints can be taken"
+            )));
+        }
+        self.start_checkpoint(kind, attempt, None)
+    }
+
+    /// Triggers the savepoint of a stop-with-savepoint: its barrier tells every source to
+    /// stop (and, with drain, to end its input) right after it.
+    pub(super) fn trigger_stop(
+        &mut self,
+        mode: StopMode,
+        attempt: &Attempt,
+    ) -> Result<u64, WeirError> {
+        if attempt.final_checkpoint.is_some() {
+            return Err(WeirError::InvalidRequest(
+                "the job has read all its input and is finishing; it cannot be stopped with a savepoint"
+                    .into(),
+            ));
+        }
+        if let Some((id, _)) = attempt.stop_savepoint {
+            return Err(WeirError::InvalidRequest(format!(
+                "the job is already stopping with savepoint {id}"
+            )));
+        }
+        self.start_checkpoint(SnapshotType::Savepoint, attempt, Some(Finality::Stop(mode)))
     }
 
     /// Starts a checkpoint or savepoint: the coordinator's bookkeeping, then the trigger to
@@ -46,13 +87,24 @@ impl JobMaster {
         &mut self,
         kind: SnapshotType,
         attempt: &Attempt,
-        is_final: bool,
+        last: Option<Finality>,
     ) -> Result<u64, WeirError> {
         let Some(storage) = self.storage().cloned() else {
             return Err(WeirError::InvalidRequest(
-                "checkpointing is not enabled: set a checkpoint interval to take checkpoints or savepoints".into(),
+                "savepoints need a directory: set `CheckpointStorageConfig::directory(dir)` as the \
+                 checkpoint storage (checkpoints and savepoints are kept in memory otherwise)"
+                    .into(),
             ));
         };
+        if kind == SnapshotType::Savepoint
+            && self.job.config.checkpoint.storage == CheckpointStorageConfig::Memory
+        {
+            return Err(WeirError::InvalidRequest(
+                "savepoints need a directory: the checkpoint storage is in memory, so a savepoint \
+                 would be lost with this process; set `CheckpointStorageConfig::directory(dir)`"
+                    .into(),
+            ));
+        }
         if attempt.checkpoints_disabled || attempt.is_stopping() {
             return Err(WeirError::InvalidRequest(
                 "an operator has finished or the job is stopping; no more checkpoints can be taken"
@@ -79,10 +131,14 @@ impl JobMaster {
             attempt.participants(),
             location,
         );
-        if is_final {
-            barrier = self.coordinator.mark_final(id).unwrap_or(barrier);
+        match last {
+            Some(Finality::Final) => barrier = self.coordinator.mark_final(id).unwrap_or(barrier),
+            Some(Finality::Stop(mode)) => {
+                barrier = self.coordinator.mark_stop(id, mode).unwrap_or(barrier)
+            }
+            None => {}
         }
-        tracing::debug!(checkpoint = id, ?kind, is_final, "triggering");
+        tracing::debug!(checkpoint = id, ?kind, ?last, "triggering");
         for (_, control) in &attempt.coordinator_controls {
             let _ = control.send(CoordinatorControl::Trigger(barrier));
         }
@@ -140,7 +196,7 @@ impl JobMaster {
         if self.store.is_none() || self.job.config.checkpoint.interval.is_none() {
             return;
         }
-        match self.start_checkpoint(SnapshotType::Checkpoint, attempt, true) {
+        match self.start_checkpoint(SnapshotType::Checkpoint, attempt, Some(Finality::Final)) {
             Ok(id) => {
                 tracing::info!(job = %self.job_name(), checkpoint = id, "all input read; taking the final checkpoint");
                 attempt.final_checkpoint = Some(id);
@@ -172,19 +228,38 @@ impl JobMaster {
         attempt: &mut Attempt,
     ) {
         if let Some(waiter) = self.savepoint_waiters.remove(&id) {
-            let _ = waiter.send(result.clone().map_err(|reason| {
-                WeirError::InvalidRequest(format!("savepoint {id} failed: {reason}"))
-            }));
+            let _ = waiter.send(
+                result
+                    .clone()
+                    .map(|location| Savepoint::new(id, location))
+                    .map_err(|reason| {
+                        WeirError::InvalidRequest(format!("savepoint {id} failed: {reason}"))
+                    }),
+            );
         }
-        if attempt.stop_savepoint == Some(id) {
+        if let Some((stop, mode)) = attempt.stop_savepoint.filter(|(stop, _)| *stop == id) {
             attempt.stop_savepoint = None;
-            if let Ok(location) = result {
-                tracing::info!(job = %self.job_name(), savepoint = %location, "stopping job after savepoint");
-                attempt.stopped_with = Some((id, location));
-                // Tasks see the savepoint's completion notice first, then stop: sinks commit
-                // what the savepoint covers (Flink's synchronous savepoint).
-                attempt.notify(CheckpointNotification::Complete(id));
-                attempt.stop_tasks();
+            match result {
+                Ok(location) => {
+                    tracing::info!(job = %self.job_name(), savepoint = %location, "stopping job after savepoint");
+                    attempt.stopped_with = Some((stop, location));
+                    // Tasks wait at the savepoint's barrier for its completion notice, commit
+                    // what it covers (Flink's synchronous savepoint) and end; the stop after it
+                    // only reaches a task that did not end by itself.
+                    attempt.notify(CheckpointNotification::Complete(stop));
+                    attempt.stop_tasks();
+                }
+                // Without drain the sources resume reading at the abort notice and the job
+                // runs on. With drain every operator has ended its input already and cannot
+                // take records again: the job fails over to its latest restore point.
+                Err(reason) if mode == StopMode::Drain && attempt.job_error.is_none() => {
+                    attempt.job_error = Some(WeirError::InvalidRequest(format!(
+                        "stop-with-savepoint --drain of job `{}` failed: savepoint {stop}: {reason}",
+                        self.job_name()
+                    )));
+                    attempt.cancel_tasks();
+                }
+                Err(_) => {}
             }
         }
     }
@@ -230,7 +305,7 @@ impl JobMaster {
         let retained = self.job.config.checkpoint.retained;
         // A stop-with-savepoint's savepoint commits output (its notice goes out before the
         // job stops), so it becomes a restore point like a checkpoint.
-        let recorded = kind == SnapshotType::Checkpoint || attempt.stop_savepoint == Some(id);
+        let recorded = kind == SnapshotType::Checkpoint || attempt.is_stop_savepoint(id);
         // Which step failed matters: once the metadata is durable, a failed record write may
         // still have named the checkpoint on disk, so its files must stay.
         let mut metadata_written = false;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::checkpoint::completed_store::CompletedCheckpointStore;
+use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::config::RetentionOnCancel;
 use crate::checkpoint::coordinator::CheckpointCoordinator;
 use crate::checkpoint::fencing::FencingToken;
@@ -26,6 +27,7 @@ use crate::checkpoint::recovery::{
 };
 use crate::checkpoint::restart_strategy::RestartBackoff;
 use crate::checkpoint::restore::assign_state;
+use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::storage::{create_storage, CheckpointStorage};
 use crate::error::WeirError;
@@ -34,16 +36,19 @@ use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::now_millis;
-use crate::runtime::stream_element::SnapshotType;
+use crate::runtime::stream_element::{SnapshotType, StopMode};
 
 use attempt::AttemptEnd;
 
 /// A request from the job's client.
 pub enum JobCommand {
-    /// Take a savepoint; answer with its location.
-    TriggerSavepoint(Sender<Result<String, WeirError>>),
-    /// Take a savepoint, then stop the job; answer with its location.
-    StopWithSavepoint(Sender<Result<String, WeirError>>),
+    /// Take a savepoint; answer with it.
+    TriggerSavepoint(Sender<Result<Savepoint, WeirError>>),
+    /// Take a savepoint at which the sources stop, then end the job once it completes;
+    /// answer with it. If the savepoint fails, a job stopped without drain runs
+    /// on; a drained one fails over to its latest restore point (its operators have ended
+    /// their input).
+    StopWithSavepoint(StopMode, Sender<Result<Savepoint, WeirError>>),
     /// Cancel the job.
     Cancel,
     /// Answer with the checkpoint history.
@@ -69,7 +74,7 @@ pub struct JobMaster {
     initial: Option<RestorePoint>,
     /// The id of a restore point given by path: it has no fallback.
     explicit_restore: Option<u64>,
-    savepoint_waiters: HashMap<u64, Sender<Result<String, WeirError>>>,
+    savepoint_waiters: HashMap<u64, Sender<Result<Savepoint, WeirError>>>,
     restored_from: Vec<u64>,
     /// Resuming a job that already ran to its end: there is nothing to do.
     already_finished: bool,
@@ -82,9 +87,15 @@ impl JobMaster {
         let config = &job.config;
         let job_name = job.plan.stream_graph.job_name.clone();
         let committing_sinks = job.plan.stream_graph.committing_sinks();
+        // A chosen directory means savepoints can be taken even without periodic
+        // checkpoints, as in Flink.
         let needs_storage = config.checkpoint.interval.is_some()
             || config.restore.is_some()
-            || config.resume_from_latest_checkpoint;
+            || config.resume_from_latest_checkpoint
+            || matches!(
+                config.checkpoint.storage,
+                CheckpointStorageConfig::FileSystem(_)
+            );
         let mut master = Self {
             coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), 1, Instant::now()),
             restart: RestartBackoff::new(config.effective_restart_strategy(), now_millis()),
@@ -182,7 +193,7 @@ impl JobMaster {
                 if let (StartMode::RestoreFrom { .. }, Some(first), Some(settings)) =
                     (&mode, candidates.first_mut(), &config.restore)
                 {
-                    first.allow_non_restored_state = settings.allow_non_restored_state;
+                    first.allow_non_restored_state = settings.allows_non_restored_state();
                 }
                 candidates
             }
@@ -366,7 +377,7 @@ impl JobMaster {
                         savepoint: id,
                         location: path.clone(),
                     })?;
-                    (JobStatus::Stopped, m, Some(path))
+                    (JobStatus::Stopped, m, Some(Savepoint::new(id, path)))
                 }
                 AttemptEnd::Cancelled(m) => {
                     let retained =
@@ -427,7 +438,7 @@ impl JobMaster {
         status: JobStatus,
         wall_time: Duration,
         mut subtasks: Vec<OperatorMetrics>,
-        savepoint: Option<String>,
+        savepoint: Option<Savepoint>,
     ) -> JobExecutionResult {
         subtasks.sort_by_key(|m| (m.node, m.subtask));
         let operators = self
@@ -443,7 +454,9 @@ impl JobMaster {
                     name: n.name.clone(),
                     parallelism: n.parallelism,
                     records_in: of_node.clone().map(|m| m.records_in).sum(),
-                    records_out: of_node.map(|m| m.records_out).sum(),
+                    records_out: of_node.clone().map(|m| m.records_out).sum(),
+                    records_skipped: of_node.clone().map(|m| m.records_skipped).sum(),
+                    records_dead_lettered: of_node.map(|m| m.records_dead_lettered).sum(),
                 }
             })
             .collect();

@@ -1,14 +1,15 @@
-//! `flat_map`: any number of outputs per input.
+//! `flat_map`: any number of outputs per input, emitted into a collector (Flink's
+//! `FlatMapFunction`) or returned as a collection (`flat_map_iter`).
 
 use std::marker::PhantomData;
 
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::operators::{pass_events_through, OperatorCore};
-use crate::runtime::output::{call_user, Output};
+use crate::runtime::output::{call_user, call_with_collector, Collector, Output};
 use crate::runtime::task::OperatorSetup;
 
-/// Emits every item of the collection a function returns for each record.
+/// Calls a function with each record and a [`Collector`] it emits into.
 pub struct FlatMapOperator<I, O, F> {
     core: OperatorCore,
     f: F,
@@ -28,7 +29,49 @@ impl<I, O, F> FlatMapOperator<I, O, F> {
     }
 }
 
-impl<I, O, F, It> Output<I> for FlatMapOperator<I, O, F>
+impl<I, O, F> Output<I> for FlatMapOperator<I, O, F>
+where
+    I: Record,
+    O: Record,
+    F: FnMut(I, &mut Collector<'_, O>) + Send,
+{
+    fn collect(&mut self, record: I) -> Result<(), TaskError> {
+        self.core.records_in += 1;
+        let (f, core) = (&mut self.f, &mut self.core);
+        call_with_collector(
+            &core.name,
+            &mut *self.output,
+            &mut core.records_out,
+            |out| {
+                f(record, out);
+                Ok(())
+            },
+        )
+    }
+    pass_events_through!();
+}
+
+/// Emits every item of the collection a function returns for each record.
+pub struct FlatMapIterOperator<I, O, F> {
+    core: OperatorCore,
+    f: F,
+    output: Box<dyn Output<O>>,
+    _input: PhantomData<fn(I)>,
+}
+
+impl<I, O, F> FlatMapIterOperator<I, O, F> {
+    /// A flat map with `f`, emitting into `output`.
+    pub fn new(setup: &OperatorSetup, f: F, output: Box<dyn Output<O>>) -> Self {
+        Self {
+            core: OperatorCore::new(setup),
+            f,
+            output,
+            _input: PhantomData,
+        }
+    }
+}
+
+impl<I, O, F, It> Output<I> for FlatMapIterOperator<I, O, F>
 where
     I: Record,
     O: Record,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::api::functions::{KeyedContext, KeyedProcessFunction};
+use crate::api::functions::{KeyedContext, KeyedEndContext, KeyedProcessFunction};
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
 };
 use crate::runtime::output::{
     call_user, call_with_collector, in_operator, OperatorMetrics, Output,
@@ -25,6 +25,7 @@ pub struct KeyedProcessOperator<K, I, O, P> {
     key_selector: Arc<dyn KeySelector<I, Key = K>>,
     backend: HeapKeyedStateBackend<K>,
     operator_state: OperatorStateBackend,
+    end_of_input: EndOfInput,
     function: P,
     output: Box<dyn Output<O>>,
 }
@@ -42,6 +43,7 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
             key_selector,
             backend: OperatorCore::keyed_backend(setup)?,
             operator_state: OperatorCore::operator_state(setup),
+            end_of_input: EndOfInput::default(),
             function,
             output,
         })
@@ -52,6 +54,7 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
     for KeyedProcessOperator<K, I, O, P>
 {
     fn open(&mut self) -> Result<(), TaskError> {
+        self.end_of_input = EndOfInput::restore(&self.core, &self.operator_state)?;
         let (function, core) = (&mut self.function, &self.core);
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)
@@ -86,13 +89,23 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
     }
 
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        if *event == StreamEvent::EndOfStream {
-            let (function, core) = (&mut self.function, &mut self.core);
+        if event.ends_input()
+            && self
+                .end_of_input
+                .ends_now(&self.core, &mut self.operator_state)?
+        {
+            let (function, core, backend) = (&mut self.function, &mut self.core, &mut self.backend);
             call_with_collector(
                 &core.name,
                 &mut *self.output,
                 &mut core.records_out,
-                |out| function.end_input(&core.runtime, out),
+                |out| {
+                    let mut ctx = KeyedEndContext {
+                        backend,
+                        runtime: &core.runtime,
+                    };
+                    function.end_input(&mut ctx, out)
+                },
             )?;
         }
         self.output.emit_event(event)

@@ -6,7 +6,7 @@ pub mod flat_map;
 pub mod keyed_process;
 pub mod map;
 pub mod process;
-pub mod rolling_aggregate;
+pub(crate) mod rolling_aggregate;
 pub mod sink_writer;
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::Key;
-use crate::runtime::output::{call_user, user_error, OperatorMetrics};
+use crate::runtime::output::{call_user, in_operator, user_error, OperatorMetrics};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
@@ -78,6 +78,8 @@ impl OperatorCore {
             subtask: self.subtask,
             records_in: self.records_in,
             records_out: self.records_out,
+            records_skipped: 0,
+            records_dead_lettered: 0,
         }
     }
 }
@@ -118,6 +120,51 @@ macro_rules! pass_events_through {
     };
 }
 pub(crate) use pass_events_through;
+
+/// Operator list state that marks an operator whose input has ended: a job restored from a
+/// checkpoint taken after that point (between the end of data and the final checkpoint, or a
+/// drained savepoint) must not end the input a second time, or what `end_input` emitted —
+/// already in the checkpoint's transactions — would be emitted twice (Flink's
+/// `FINISHED_ON_RESTORE`).
+const INPUT_ENDED_STATE: &str = "weir.input-ended";
+
+/// Tracks whether an operator has ended its input, across restores.
+#[derive(Debug, Default)]
+pub(crate) struct EndOfInput {
+    ended: bool,
+}
+
+impl EndOfInput {
+    /// Reads the mark from restored operator state.
+    pub(crate) fn restore(
+        core: &OperatorCore,
+        state: &OperatorStateBackend,
+    ) -> Result<Self, TaskError> {
+        let marks: Vec<bool> = state
+            .get_union_list(INPUT_ENDED_STATE)
+            .map_err(|e| in_operator(&core.name, e.into()))?;
+        Ok(Self {
+            ended: marks.into_iter().any(|ended| ended),
+        })
+    }
+
+    /// Whether the input ends now: true the first time only (and never after a restore of a
+    /// snapshot taken once it had ended); marks the operator state so that snapshots say so.
+    pub(crate) fn ends_now(
+        &mut self,
+        core: &OperatorCore,
+        state: &mut OperatorStateBackend,
+    ) -> Result<bool, TaskError> {
+        if self.ended {
+            return Ok(false);
+        }
+        self.ended = true;
+        state
+            .update_union_list(INPUT_ENDED_STATE, &[true])
+            .map_err(|e| in_operator(&core.name, e.into()))?;
+        Ok(true)
+    }
+}
 
 /// Runs a fallible user hook, attributing a panic or error to the operator.
 pub(crate) fn call_hook(

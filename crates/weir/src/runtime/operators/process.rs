@@ -6,7 +6,7 @@ use crate::api::functions::ProcessFunction;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
 };
 use crate::runtime::output::{call_with_collector, OperatorMetrics, Output};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
@@ -19,6 +19,7 @@ pub struct ProcessOperator<I, O, P> {
     core: OperatorCore,
     function: P,
     operator_state: OperatorStateBackend,
+    end_of_input: EndOfInput,
     output: Box<dyn Output<O>>,
     _input: PhantomData<fn(I)>,
 }
@@ -29,6 +30,7 @@ impl<I, O, P> ProcessOperator<I, O, P> {
         Self {
             core: OperatorCore::new(setup),
             operator_state: OperatorCore::operator_state(setup),
+            end_of_input: EndOfInput::default(),
             function,
             output,
             _input: PhantomData,
@@ -38,6 +40,7 @@ impl<I, O, P> ProcessOperator<I, O, P> {
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperator<I, O, P> {
     fn open(&mut self) -> Result<(), TaskError> {
+        self.end_of_input = EndOfInput::restore(&self.core, &self.operator_state)?;
         let (function, core) = (&mut self.function, &self.core);
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)
@@ -58,7 +61,11 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperat
     }
 
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        if *event == StreamEvent::EndOfStream {
+        if event.ends_input()
+            && self
+                .end_of_input
+                .ends_now(&self.core, &mut self.operator_state)?
+        {
             let (function, core) = (&mut self.function, &mut self.core);
             call_with_collector(
                 &core.name,

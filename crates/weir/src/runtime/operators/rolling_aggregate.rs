@@ -1,8 +1,10 @@
 //! Rolling aggregations on a keyed stream (`reduce`, `sum`, `count`): per key, one state
 //! value updated by each record, and the updated result emitted.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::api::functions::AggregateFunction;
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
@@ -14,7 +16,7 @@ use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 
 /// How a rolling aggregation folds records into its per-key state.
-pub trait RollingAggregator<K, I>: Clone + Send + 'static {
+pub(crate) trait RollingAggregator<K, I>: Clone + Send + 'static {
     /// The per-key accumulator.
     type State: crate::state::keyed_state_table::StateValue;
     /// What is emitted after each update.
@@ -29,7 +31,7 @@ pub trait RollingAggregator<K, I>: Clone + Send + 'static {
 pub const AGGREGATE_STATE_NAME: &str = "rolling-aggregate";
 
 /// Applies a [`RollingAggregator`] per key, keeping accumulators in keyed value state.
-pub struct RollingAggregateOperator<K, I, A: RollingAggregator<K, I>> {
+pub(crate) struct RollingAggregateOperator<K, I, A: RollingAggregator<K, I>> {
     core: OperatorCore,
     key_selector: Arc<dyn KeySelector<I, Key = K>>,
     backend: HeapKeyedStateBackend<K>,
@@ -125,7 +127,7 @@ where
 
 /// `count()`: the number of records per key so far.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CountAggregator;
+pub(crate) struct CountAggregator;
 
 impl<K: Key, I> RollingAggregator<K, I> for CountAggregator {
     type State = u64;
@@ -141,7 +143,7 @@ impl<K: Key, I> RollingAggregator<K, I> for CountAggregator {
 
 /// `sum(f)`: the sum of `f(record)` per key so far.
 #[derive(Debug, Clone)]
-pub struct SumAggregator<F> {
+pub(crate) struct SumAggregator<F> {
     field: F,
 }
 
@@ -172,7 +174,7 @@ where
 
 /// `reduce(f)`: folds each key's records with `f(accumulated, next)`.
 #[derive(Debug, Clone)]
-pub struct ReduceAggregator<F> {
+pub(crate) struct ReduceAggregator<F> {
     f: F,
 }
 
@@ -198,5 +200,49 @@ where
         let reduced = (self.f)(state.clone(), record);
         *state = reduced.clone();
         reduced
+    }
+}
+
+/// `aggregate(f)`: a user's [`AggregateFunction`] per key, emitting `(key, result)` after
+/// each record.
+pub(crate) struct FunctionAggregator<A, ACC, OUT> {
+    function: A,
+    _types: PhantomData<fn() -> (ACC, OUT)>,
+}
+
+impl<A, ACC, OUT> FunctionAggregator<A, ACC, OUT> {
+    /// Aggregates with `function`.
+    pub(crate) fn new(function: A) -> Self {
+        Self {
+            function,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<A: Clone, ACC, OUT> Clone for FunctionAggregator<A, ACC, OUT> {
+    fn clone(&self) -> Self {
+        Self::new(self.function.clone())
+    }
+}
+
+impl<K, I, ACC, OUT, A> RollingAggregator<K, I> for FunctionAggregator<A, ACC, OUT>
+where
+    K: Key,
+    ACC: Record,
+    OUT: 'static,
+    A: AggregateFunction<I, ACC, OUT>,
+{
+    type State = ACC;
+    type Output = (K, OUT);
+    fn init(&mut self, key: &K, record: I) -> (ACC, (K, OUT)) {
+        let mut acc = self.function.create_accumulator();
+        self.function.add(record, &mut acc);
+        let result = self.function.get_result(&acc);
+        (acc, (key.clone(), result))
+    }
+    fn update(&mut self, key: &K, state: &mut ACC, record: I) -> (K, OUT) {
+        self.function.add(record, state);
+        (key.clone(), self.function.get_result(state))
     }
 }

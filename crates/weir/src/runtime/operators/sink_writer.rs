@@ -38,13 +38,7 @@ impl<T, W> SinkWriterOperator<T, W> {
 impl<T: Record, W: SinkWriter<T>> SinkWriterOperator<T, W> {
     fn flush_writer(&mut self, end_of_input: bool) -> Result<(), TaskError> {
         let writer = &mut self.writer;
-        call_hook(&self.core.name, || {
-            writer.flush(end_of_input)?;
-            if end_of_input {
-                writer.close()?;
-            }
-            Ok(())
-        })
+        call_hook(&self.core.name, || writer.flush(end_of_input))
     }
 }
 
@@ -66,8 +60,13 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
 
     fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
         match event {
-            StreamEvent::EndOfStream => self.flush_writer(true),
+            // The input ended; with checkpoints, the final checkpoint's barrier follows.
+            StreamEvent::EndOfData => self.flush_writer(true),
             StreamEvent::Barrier(_) => self.flush_writer(false),
+            StreamEvent::EndOfStream => {
+                let writer = &mut self.writer;
+                call_hook(&self.core.name, || writer.close())
+            }
         }
     }
 

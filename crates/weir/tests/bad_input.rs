@@ -1,0 +1,255 @@
+//! Bad input is never silent: a path that matches nothing, rows with the wrong number of
+//! fields, rows that do not decode — each is an error that says what and where once, or a
+//! count in the job's result.
+
+use std::path::Path;
+
+use weir::connectors::malformed::MalformedRecordError;
+use weir::error::{GraphError, TaskError};
+use weir::prelude::*;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Row {
+    id: u32,
+    name: String,
+    score: f64,
+}
+
+fn env() -> StreamExecutionEnvironment {
+    StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap()
+}
+
+fn read_rows(source: FileSource<Row>) -> Result<(Vec<Row>, JobExecutionResult), WeirError> {
+    let env = env();
+    let rows = env.from_source(source, "rows").collect();
+    let result = env.execute("rows")?;
+    Ok((rows.take(), result))
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+#[test]
+fn a_path_that_matches_nothing_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // An empty directory, a glob that matches nothing, a path that does not exist.
+    let glob = dir.path().join("*.csv");
+    let missing = dir.path().join("no/such/dir");
+    for (path, says) in [
+        (dir.path().to_path_buf(), "matches no file"),
+        (glob, "matches no file"),
+        (missing, "does not exist"),
+    ] {
+        let err = read_rows(FileSource::csv(&path)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&*path.to_string_lossy()) && text.contains(says),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_monitoring_source_may_start_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env();
+    let rows = env
+        .from_source(
+            FileSource::<Row>::csv(dir.path()).monitor(std::time::Duration::from_millis(10)),
+            "rows",
+        )
+        .collect();
+    let client = env.execute_async("monitor").unwrap();
+    write(dir.path(), "late.csv", "id,name,score\n1,a,1.5\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late file was not read"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        got.extend(rows.take());
+    }
+    client.cancel().unwrap();
+    assert_eq!(got[0].name, "a");
+}
+
+#[test]
+fn rows_with_extra_fields_are_malformed_unless_the_source_is_flexible() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rows.csv",
+        "id,name,score\n1,a,1.0\n500,name500,1.0,oops\n2,b,2.0\n",
+    );
+    let err = read_rows(FileSource::csv(dir.path())).unwrap_err();
+    let bad = err.malformed_record().expect("a malformed record").clone();
+    assert_eq!(bad.raw, "500,name500,1.0,oops");
+    assert!(
+        bad.error.reason.contains("expected 3 fields, found 4"),
+        "{err}"
+    );
+    assert!(
+        matches!(&bad.origin, RecordOrigin::File { line: 3, .. }),
+        "{:?}",
+        bad.origin
+    );
+
+    let (rows, result) =
+        read_rows(FileSource::csv(dir.path()).on_malformed(MalformedRecordPolicy::Skip)).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(result.operator("Source: rows").unwrap().records_skipped, 1);
+
+    // Flexible: the extra field is ignored, as the csv crate does when decoding by name.
+    let (rows, _) = read_rows(FileSource::csv(dir.path()).flexible()).unwrap();
+    assert_eq!(rows.len(), 3);
+}
+
+#[test]
+fn a_malformed_row_is_a_typed_error_with_one_line_number_and_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("id,name,score\n");
+    for i in 0..5000 {
+        text.push_str(&format!("{i},n{i},1.5\n"));
+    }
+    text.push_str("5000,n5000,notanumber\n");
+    write(dir.path(), "census-0.csv", &text);
+    let err = read_rows(FileSource::csv(dir.path())).unwrap_err();
+
+    // Typed: the job's error carries the record, located.
+    let WeirError::JobFailed { failure, .. } = &err else {
+        panic!("not a job failure: {err}");
+    };
+    let cause = match &failure.cause {
+        TaskError::Operator { cause, .. } => cause.as_ref(),
+        cause => cause,
+    };
+    let TaskError::MalformedRecord(MalformedRecordError { record }) = cause else {
+        panic!("not a malformed-record error: {err}");
+    };
+    assert_eq!(failure.operator, "Source: rows");
+    assert_eq!(record.error.column.as_deref(), Some("score"));
+    let file = dir.path().join("census-0.csv");
+    assert_eq!(
+        record.origin,
+        RecordOrigin::File {
+            file: file.to_string_lossy().into_owned(),
+            line: 5002
+        }
+    );
+
+    // Said once, right: one line number, the column's name, the value.
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "{}:5002, column score: invalid float literal \"notanumber\"",
+            file.display()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("5001") && !text.contains("byte"), "{text}");
+    // Debug prints the same.
+    assert_eq!(format!("{err:?}"), text);
+}
+
+#[test]
+fn skipped_and_dead_lettered_rows_are_counted_in_the_result_without_a_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("id,name,score\n");
+    for i in 0..40 {
+        if i % 4 == 0 {
+            text.push_str(&format!("x{i},n{i},1\n"));
+        } else {
+            text.push_str(&format!("{i},n{i},1\n"));
+        }
+    }
+    write(dir.path(), "rows.csv", &text);
+    let (rows, result) =
+        read_rows(FileSource::csv(dir.path()).on_malformed(MalformedRecordPolicy::Skip)).unwrap();
+    assert_eq!(rows.len(), 30);
+    let source = result.operator("Source: rows").unwrap();
+    assert_eq!(
+        (source.records_skipped, source.records_dead_lettered),
+        (10, 0)
+    );
+    assert!(
+        result
+            .to_string()
+            .contains("Source: rows: 10 malformed records skipped, 0 sent to dead letters"),
+        "{result}"
+    );
+
+    let env = env();
+    let all = env
+        .from_source(
+            FileSource::<Row>::csv(dir.path()).with_dead_letters(),
+            "rows",
+        )
+        .collect();
+    let result = env.execute("dead letters").unwrap();
+    assert_eq!(all.take().iter().filter(|r| r.is_err()).count(), 10);
+    let source = result.operator("Source: rows").unwrap();
+    assert_eq!(
+        (source.records_skipped, source.records_dead_lettered),
+        (0, 10)
+    );
+    assert!(
+        result
+            .to_string()
+            .contains("0 malformed records skipped, 10 sent to dead letters"),
+        "{result}"
+    );
+}
+
+#[test]
+fn executing_twice_says_so() {
+    let env = env();
+    env.generate(3, |i| i).collect();
+    env.execute("once").unwrap();
+    let err = env.execute("twice").unwrap_err();
+    assert!(
+        matches!(&err, WeirError::Graph(GraphError::AlreadyExecuted { job }) if job == "once"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("already executed"), "{err}");
+}
+
+#[test]
+fn shortcuts_configure_the_job_and_are_checked_when_it_runs() {
+    let zero = env();
+    zero.set_parallelism(0);
+    zero.generate(3, |i| i).collect();
+    let err = zero.execute("zero").unwrap_err();
+    assert!(
+        matches!(&err, WeirError::Config(e) if e.option == "parallelism"),
+        "{err}"
+    );
+
+    let three = env();
+    three
+        .enable_checkpointing(std::time::Duration::from_millis(10))
+        .set_parallelism(3);
+    assert_eq!(
+        three.config().checkpoint.interval,
+        Some(std::time::Duration::from_millis(10))
+    );
+    three.generate(10, |i| i).collect();
+    let plan = three.plan("shortcuts").unwrap();
+    assert_eq!(plan.stream_graph.nodes[0].parallelism, 3);
+}
+
+#[test]
+fn checkpoints_stay_in_memory_unless_a_directory_is_chosen() {
+    let cwd = std::env::current_dir().unwrap();
+    let env = env();
+    env.enable_checkpointing(std::time::Duration::from_millis(10));
+    env.generate(2000, |i| i % 10)
+        .key_by(|k: &u64| *k)
+        .count()
+        .collect();
+    let result = env.execute("in memory").unwrap();
+    assert!(result.checkpoints.completed >= 1, "{result}");
+    assert!(!cwd.join("weir-checkpoints").exists());
+}
