@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::checkpoint::config::CheckpointConfig;
+use crate::checkpoint::config::{CheckpointConfig, CheckpointStorageConfig};
 use crate::checkpoint::restart_strategy::RestartStrategyConfig;
 use crate::checkpoint::savepoint::Savepoint;
 use crate::error::ConfigError;
@@ -240,6 +240,26 @@ impl ExecutionConfig {
             ));
         }
         self.checkpoint.validate()?;
+        let in_memory = self.checkpoint.storage == CheckpointStorageConfig::Memory;
+        if let Some(restore) = self.restore.as_ref().filter(|_| in_memory) {
+            if !restore.path.starts_with("memory://") {
+                return Err(err(
+                    "restore",
+                    restore.path.clone(),
+                    "the checkpoint storage is in memory, so the savepoint's files cannot be \
+                     read: set `CheckpointStorageConfig::directory(dir)` to the directory it \
+                     was written under",
+                ));
+            }
+        }
+        if self.resume_from_latest_checkpoint && in_memory {
+            return Err(err(
+                "resume_from_latest_checkpoint",
+                "true".into(),
+                "the checkpoint storage is in memory, where nothing survives the process: set \
+                 `CheckpointStorageConfig::directory(dir)` to resume from its checkpoints",
+            ));
+        }
         if let Some(strategy) = &self.restart_strategy {
             strategy.validate()?;
         }
@@ -290,6 +310,29 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.option, "parallelism");
         assert!(e.to_string().contains("max_parallelism (4)"), "{e}");
+    }
+
+    #[test]
+    fn restores_and_resumes_need_a_directory() {
+        let e = ExecutionConfig::default()
+            .with_restore(RestoreSettings::from_path("/sp/savepoint-3"))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.option, "restore");
+        let e = ExecutionConfig::default()
+            .with_resume_from_latest_checkpoint(true)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.option, "resume_from_latest_checkpoint");
+        let on_disk = ExecutionConfig::default().with_checkpointing(
+            CheckpointConfig::default().with_storage(CheckpointStorageConfig::directory("/sp")),
+        );
+        assert!(on_disk
+            .clone()
+            .with_restore(RestoreSettings::from_path("/sp/savepoint-3"))
+            .with_resume_from_latest_checkpoint(true)
+            .validate()
+            .is_ok());
     }
 
     #[test]

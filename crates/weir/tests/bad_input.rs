@@ -253,3 +253,33 @@ fn checkpoints_stay_in_memory_unless_a_directory_is_chosen() {
     assert!(result.checkpoints.completed >= 1, "{result}");
     assert!(!cwd.join("weir-checkpoints").exists());
 }
+
+#[test]
+fn the_line_is_where_the_row_starts_after_empty_lines_and_quoted_newlines() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rows.csv",
+        "id,name,score\n1,\"two\nlines\",1.0\n\n\n2,b,x\n",
+    );
+    let err = read_rows(FileSource::csv(dir.path())).unwrap_err();
+    let bad = err.malformed_record().expect("a malformed record");
+    assert!(
+        matches!(&bad.origin, RecordOrigin::File { line: 6, .. }),
+        "{:?}",
+        bad.origin
+    );
+    // Windows line endings count once per line too.
+    write(
+        dir.path(),
+        "rows.csv",
+        "id,name,score\r\n1,a,1.0\r\n\r\n2,b,x\r\n",
+    );
+    let err = read_rows(FileSource::csv(dir.path())).unwrap_err();
+    let bad = err.malformed_record().expect("a malformed record");
+    assert!(
+        matches!(&bad.origin, RecordOrigin::File { line: 4, .. }),
+        "{:?}",
+        bad.origin
+    );
+}

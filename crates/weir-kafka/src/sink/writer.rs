@@ -322,7 +322,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 }
                 Ok(())
             }
-            Mode::ExactlyOnce(t) => {
+            Mode::ExactlyOnce(_) => {
                 if !end_of_input {
                     // Pre-commit happens in snapshot_state.
                     return Ok(());
@@ -333,7 +333,13 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                     // and its completion commits it (FLIP-147).
                     return Ok(());
                 }
-                // Without checkpoints nothing is replayed: commit everything now.
+                // Without checkpoints nothing is replayed: commit everything now — the
+                // transactions savepoints pre-committed first (a savepoint sends no completion
+                // notice), then the open one.
+                self.commit_up_to(u64::MAX)?;
+                let Mode::ExactlyOnce(t) = &mut self.mode else {
+                    return Ok(());
+                };
                 if let Some(mut open) = t.current.take() {
                     let producer = pool_producer(&t.pool, open.slot)?;
                     let reports = producer.flush(timeout)?;

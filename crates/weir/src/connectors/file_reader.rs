@@ -83,6 +83,9 @@ pub struct FileReader<T> {
     open: Option<OpenFile>,
     line_buffer: Vec<u8>,
     record: ByteRecord,
+    /// Where the csv crate started parsing the CSV row just read: byte offset and 1-based
+    /// line, before the empty lines it skips.
+    csv_row_start: (u64, u64),
 }
 
 /// Appends the next line (with its `\n`, if any) to `line` and returns its length in bytes,
@@ -109,6 +112,31 @@ fn read_line(reader: &mut BufReader<File>, line: &mut Vec<u8>) -> std::io::Resul
         if done {
             return Ok(read);
         }
+    }
+}
+
+/// The 1-based line a malformed CSV row starts on, from where the csv crate started parsing
+/// it (`start`: byte offset and line): the empty lines it skipped are counted here, by
+/// reading them again, so that the hot path pays nothing for a row that decodes.
+fn csv_row_line(path: &str, start: (u64, u64)) -> Result<u64, BoxError> {
+    let (offset, mut line) = start;
+    let mut reader = open_at(path, offset)?;
+    loop {
+        let buffer = reader
+            .fill_buf()
+            .map_err(|e| format!("file source: cannot read `{path}` at byte {offset}: {e}"))?;
+        if buffer.is_empty() {
+            return Ok(line);
+        }
+        let blank = buffer
+            .iter()
+            .take_while(|b| matches!(b, b'\n' | b'\r'))
+            .count();
+        line += buffer[..blank].iter().filter(|b| **b == b'\n').count() as u64;
+        if blank < buffer.len() {
+            return Ok(line);
+        }
+        reader.consume(blank);
     }
 }
 
@@ -141,6 +169,7 @@ impl<T: Record> FileReader<T> {
             open: None,
             line_buffer: Vec::new(),
             record: ByteRecord::new(),
+            csv_row_start: (0, 1),
         }
     }
 
@@ -187,7 +216,13 @@ impl<T: Record> FileReader<T> {
                     // Resumed mid-file: the first row still sets the expected width.
                     let mut first = ByteRecord::new();
                     let mut head = builder().from_reader(open_at(&split.path, 0)?);
-                    if head.read_byte_record(&mut first).unwrap_or(false) {
+                    let read = head.read_byte_record(&mut first).map_err(|e| {
+                        format!(
+                            "file source: cannot read the first row of `{}`: {e}",
+                            split.path
+                        )
+                    })?;
+                    if read {
                         fields = Some(first.len());
                     }
                 }
@@ -253,6 +288,12 @@ impl<T: Record> FileReader<T> {
                     format!("file source: `{}` line {}: {e}", split.path, split.line)
                 })?;
                 if more {
+                    // Where the csv crate started parsing the row: before any empty lines it
+                    // skipped (the row's own line is found from there if it is malformed).
+                    if let Some(start) = self.record.position() {
+                        self.csv_row_start =
+                            (*base_offset + start.byte(), *base_line + start.line() - 1);
+                    }
                     split.offset = *base_offset + reader.position().byte();
                     split.line = *base_line + reader.position().line() - 1;
                 }
@@ -313,6 +354,10 @@ impl<T: Record> SourceReader for FileReader<T> {
             let record = match decoded {
                 Ok(record) => Some(record),
                 Err(error) => {
+                    let line = match expected_fields {
+                        Some(_) => csv_row_line(file, self.csv_row_start)?,
+                        None => line,
+                    };
                     let bad = MalformedRecord {
                         origin: RecordOrigin::File {
                             file: file.to_string(),

@@ -1,6 +1,7 @@
 //! Local mode: the job manager and the task managers in one process, one thread per subtask,
 //! talking through the same channels and messages that would cross processes in a cluster.
 
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
@@ -32,7 +33,7 @@ impl MiniCluster {
         Ok(JobClient {
             job_name,
             commands,
-            handle,
+            handle: Mutex::new(Some(handle)),
         })
     }
 }
@@ -59,7 +60,8 @@ impl MiniCluster {
 pub struct JobClient {
     job_name: String,
     commands: Sender<JobCommand>,
-    handle: JoinHandle<Result<JobExecutionResult, WeirError>>,
+    /// The job manager's thread, until its result is taken.
+    handle: Mutex<Option<JoinHandle<Result<JobExecutionResult, WeirError>>>>,
 }
 
 impl JobClient {
@@ -86,11 +88,12 @@ impl JobClient {
     /// Stops the job with a savepoint (Flink's `stop`): every source stops at the
     /// savepoint's barrier and emits nothing after it, nothing after the barrier is processed
     /// anywhere, and once the savepoint completes its output is committed and the tasks end
-    /// (no end of input: functions' `end_input` does not run). Returns the savepoint and the job's result (status `Stopped`).
+    /// (no end of input: functions' `end_input` does not run). Returns the savepoint and the
+    /// job's result (status `Stopped`).
     ///
-    /// If the savepoint fails (declined, expired) the job keeps running, detached from this
-    /// client, and the error is returned.
-    pub fn stop_with_savepoint(self) -> Result<(Savepoint, JobExecutionResult), WeirError> {
+    /// If the savepoint fails (declined, expired) the job keeps running and the error is
+    /// returned; the client still controls it (stop again, cancel, wait).
+    pub fn stop_with_savepoint(&self) -> Result<(Savepoint, JobExecutionResult), WeirError> {
         self.stop(StopMode::NoDrain)
     }
 
@@ -104,18 +107,18 @@ impl JobClient {
     /// If the savepoint fails, the operators have already ended their input, so the job fails
     /// over to its latest restore point (per its restart strategy) and the error is returned.
     pub fn stop_with_savepoint_and_drain(
-        self,
+        &self,
     ) -> Result<(Savepoint, JobExecutionResult), WeirError> {
         self.stop(StopMode::Drain)
     }
 
-    fn stop(self, mode: StopMode) -> Result<(Savepoint, JobExecutionResult), WeirError> {
+    fn stop(&self, mode: StopMode) -> Result<(Savepoint, JobExecutionResult), WeirError> {
         let path = self.request(|reply| JobCommand::StopWithSavepoint(mode, reply))??;
         Ok((path, self.wait()?))
     }
 
     /// Cancels the job and returns its result (status `Cancelled`).
-    pub fn cancel(self) -> Result<JobExecutionResult, WeirError> {
+    pub fn cancel(&self) -> Result<JobExecutionResult, WeirError> {
         // If the job already ended, `wait` reports how.
         let _ = self.commands.send(JobCommand::Cancel);
         self.wait()
@@ -128,12 +131,25 @@ impl JobClient {
 
     /// Whether the job has ended.
     pub fn is_finished(&self) -> bool {
-        self.handle.is_finished()
+        self.handle
+            .lock()
+            .map_or(true, |h| h.as_ref().is_none_or(JoinHandle::is_finished))
     }
 
-    /// Waits for the job to end.
-    pub fn wait(self) -> Result<JobExecutionResult, WeirError> {
-        self.handle
+    /// Waits for the job to end and returns its result; the result is handed out once.
+    pub fn wait(&self) -> Result<JobExecutionResult, WeirError> {
+        let handle = self
+            .handle
+            .lock()
+            .map_err(|_| WeirError::Internal("the job client's lock is poisoned".into()))?
+            .take()
+            .ok_or_else(|| {
+                WeirError::InvalidRequest(format!(
+                    "the result of job `{}` was already taken",
+                    self.job_name
+                ))
+            })?;
+        handle
             .join()
             .map_err(|_| WeirError::Internal("the job manager thread panicked".into()))?
     }

@@ -129,6 +129,17 @@ impl<T: Record> OneInputStreamTask<T> {
         Ok(())
     }
 
+    /// Ends the chain's input once every channel has sent its end of data or closed.
+    fn end_data_if_all_ended(&mut self) -> Result<(), TaskError> {
+        let all_ended = (0..self.gate.num_channels()).all(|c| {
+            self.data_ended.get(c).copied().unwrap_or(false) || self.gate.is_channel_finished(c)
+        });
+        if all_ended {
+            self.end_data()?;
+        }
+        Ok(())
+    }
+
     /// Every input channel has ended: the chain ends its input (if the channels' ends of
     /// data did not already), the stream ends, and the task waits for the final checkpoint's
     /// completion if it took part in one.
@@ -180,15 +191,13 @@ impl<T: Record> OneInputStreamTask<T> {
                     self.data_ended = vec![false; self.gate.num_channels()];
                 }
                 self.data_ended[channel] = true;
-                let all_ended = (0..self.data_ended.len())
-                    .all(|c| self.data_ended[c] || self.gate.is_channel_finished(c));
-                if all_ended {
-                    self.end_data()?;
-                }
+                self.end_data_if_all_ended()?;
                 Ok(false)
             }
             StreamEvent::EndOfStream => {
                 self.gate.mark_finished(channel);
+                // A channel that closed without its end of data ended its data too.
+                self.end_data_if_all_ended()?;
                 let actions = handler.on_channel_finished(&self.gate.open_flags());
                 self.apply(actions, env)?;
                 // A stop-with-savepoint's snapshot just taken is settled first (see `invoke`).

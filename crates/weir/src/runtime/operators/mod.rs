@@ -121,31 +121,93 @@ macro_rules! pass_events_through {
 }
 pub(crate) use pass_events_through;
 
-/// Operator list state that marks an operator whose input has ended: a job restored from a
-/// checkpoint taken after that point (between the end of data and the final checkpoint, or a
-/// drained savepoint) must not end the input a second time, or what `end_input` emitted —
-/// already in the checkpoint's transactions — would be emitted twice (Flink's
-/// `FINISHED_ON_RESTORE`).
+/// Operator list state that marks the subtasks of an operator whose input has ended: a job
+/// restored from a checkpoint taken after that point (between the end of data and the final
+/// checkpoint, or a drained savepoint) must not end the input a second time, or what
+/// `end_input` emitted — already in the checkpoint's transactions — would be emitted twice
+/// (Flink's `FINISHED_ON_RESTORE`). Union state, so that every subtask sees every old
+/// subtask's mark.
 const INPUT_ENDED_STATE: &str = "weir.input-ended";
 
-/// Tracks whether an operator has ended its input, across restores.
+/// One subtask's mark: whether its input had ended when the snapshot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct InputEndedMark {
+    subtask: u32,
+    parallelism: u32,
+    ended: bool,
+}
+
+/// Tracks whether an operator subtask has ended its input, across restores. Only in
+/// exactly-once mode: without aligned barriers a snapshot can follow one channel's end of
+/// data while another channel's records before the barrier are still to come, so a restore
+/// ends the input again (at-least-once allows the repeat, not the loss).
 #[derive(Debug, Default)]
 pub(crate) struct EndOfInput {
     ended: bool,
 }
 
 impl EndOfInput {
-    /// Reads the mark from restored operator state.
+    /// Reads the marks from restored operator state and writes this subtask's own.
+    ///
+    /// At the same parallelism a subtask takes its own old mark. Rescaled, the input has ended
+    /// if every old subtask's had; if only some had, the restore is refused: ending the
+    /// input again would repeat the output of those that had, not ending it would lose the
+    /// others'.
     pub(crate) fn restore(
         core: &OperatorCore,
-        state: &OperatorStateBackend,
+        state: &mut OperatorStateBackend,
+        exactly_once: bool,
     ) -> Result<Self, TaskError> {
-        let marks: Vec<bool> = state
+        let state_error = |e: crate::error::StateError| in_operator(&core.name, e.into());
+        let marks: Vec<InputEndedMark> = state
             .get_union_list(INPUT_ENDED_STATE)
-            .map_err(|e| in_operator(&core.name, e.into()))?;
-        Ok(Self {
-            ended: marks.into_iter().any(|ended| ended),
-        })
+            .map_err(state_error)?;
+        let parallelism = core.runtime.parallelism();
+        let ended = if !exactly_once || marks.is_empty() {
+            false
+        } else if marks.iter().all(|m| m.parallelism == parallelism) {
+            marks.iter().any(|m| m.subtask == core.subtask && m.ended)
+        } else {
+            let old_parallelism = marks[0].parallelism;
+            let ended_old: std::collections::BTreeSet<u32> = marks
+                .iter()
+                .filter(|m| m.ended)
+                .map(|m| m.subtask)
+                .collect();
+            if ended_old.is_empty() {
+                false
+            } else if ended_old.len() as u32 == old_parallelism {
+                true
+            } else {
+                return Err(in_operator(
+                    &core.name,
+                    TaskError::Internal(format!(
+                        "cannot restore at parallelism {parallelism}: the input had ended in \
+                         {} of {old_parallelism} subtasks of this operator when the checkpoint \
+                         was taken; restore it at parallelism {old_parallelism}",
+                        ended_old.len()
+                    )),
+                ));
+            }
+        };
+        let this = Self { ended };
+        this.write_mark(core, state)?;
+        Ok(this)
+    }
+
+    fn write_mark(
+        &self,
+        core: &OperatorCore,
+        state: &mut OperatorStateBackend,
+    ) -> Result<(), TaskError> {
+        let mark = InputEndedMark {
+            subtask: core.subtask,
+            parallelism: core.runtime.parallelism(),
+            ended: self.ended,
+        };
+        state
+            .update_union_list(INPUT_ENDED_STATE, &[mark])
+            .map_err(|e| in_operator(&core.name, e.into()))
     }
 
     /// Whether the input ends now: true the first time only (and never after a restore of a
@@ -159,9 +221,7 @@ impl EndOfInput {
             return Ok(false);
         }
         self.ended = true;
-        state
-            .update_union_list(INPUT_ENDED_STATE, &[true])
-            .map_err(|e| in_operator(&core.name, e.into()))?;
+        self.write_mark(core, state)?;
         Ok(true)
     }
 }

@@ -3,6 +3,7 @@
 use std::marker::PhantomData;
 
 use crate::api::functions::ProcessFunction;
+use crate::checkpoint::config::CheckpointingMode;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::operators::{
@@ -20,6 +21,8 @@ pub struct ProcessOperator<I, O, P> {
     function: P,
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
+    /// Whether checkpoints are aligned (the end-of-input mark is kept only then).
+    exactly_once: bool,
     output: Box<dyn Output<O>>,
     _input: PhantomData<fn(I)>,
 }
@@ -31,6 +34,7 @@ impl<I, O, P> ProcessOperator<I, O, P> {
             core: OperatorCore::new(setup),
             operator_state: OperatorCore::operator_state(setup),
             end_of_input: EndOfInput::default(),
+            exactly_once: setup.config.checkpoint.mode == CheckpointingMode::ExactlyOnce,
             function,
             output,
             _input: PhantomData,
@@ -40,7 +44,9 @@ impl<I, O, P> ProcessOperator<I, O, P> {
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperator<I, O, P> {
     fn open(&mut self) -> Result<(), TaskError> {
-        self.end_of_input = EndOfInput::restore(&self.core, &self.operator_state)?;
+        let exactly_once = self.exactly_once;
+        self.end_of_input =
+            EndOfInput::restore(&self.core, &mut self.operator_state, exactly_once)?;
         let (function, core) = (&mut self.function, &self.core);
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)
