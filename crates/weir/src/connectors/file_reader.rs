@@ -83,9 +83,6 @@ pub struct FileReader<T> {
     open: Option<OpenFile>,
     line_buffer: Vec<u8>,
     record: ByteRecord,
-    /// Where the csv crate started parsing the CSV row just read: byte offset and 1-based
-    /// line, before the empty lines it skips.
-    csv_row_start: (u64, u64),
 }
 
 /// Appends the next line (with its `\n`, if any) to `line` and returns its length in bytes,
@@ -169,7 +166,6 @@ impl<T: Record> FileReader<T> {
             open: None,
             line_buffer: Vec::new(),
             record: ByteRecord::new(),
-            csv_row_start: (0, 1),
         }
     }
 
@@ -288,12 +284,6 @@ impl<T: Record> FileReader<T> {
                     format!("file source: `{}` line {}: {e}", split.path, split.line)
                 })?;
                 if more {
-                    // Where the csv crate started parsing the row: before any empty lines it
-                    // skipped (the row's own line is found from there if it is malformed).
-                    if let Some(start) = self.record.position() {
-                        self.csv_row_start =
-                            (*base_offset + start.byte(), *base_line + start.line() - 1);
-                    }
                     split.offset = *base_offset + reader.position().byte();
                     split.line = *base_line + reader.position().line() - 1;
                 }
@@ -326,19 +316,26 @@ impl<T: Record> SourceReader for FileReader<T> {
                 self.open = None;
                 return Ok(InputStatus::MoreAvailable);
             }
-            let (raw, expected_fields) = match &mut self.open {
+            if let Some(OpenFile::Csv { fields, .. }) = &mut self.open {
+                fields.get_or_insert(self.record.len());
+            }
+            let (raw, csv) = match &self.open {
                 Some(OpenFile::Csv {
-                    headers, fields, ..
+                    headers,
+                    fields,
+                    base_offset,
+                    base_line,
+                    ..
                 }) => {
-                    let expected = *fields.get_or_insert(self.record.len());
                     let raw = RawRecord::Csv {
                         record: &self.record,
                         headers: headers.as_ref(),
                     };
-                    (raw, Some(expected))
+                    (raw, Some((*fields, *base_offset, *base_line)))
                 }
                 _ => (RawRecord::Line(&self.line_buffer), None),
             };
+            let expected_fields = csv.and_then(|(fields, _, _)| fields);
             let file = self.splits.front().map_or("", |s| s.path.as_str());
             let location = RecordLocation { file, line };
             let decoded = match expected_fields {
@@ -351,12 +348,20 @@ impl<T: Record> SourceReader for FileReader<T> {
                 }
                 _ => (self.decoder)(raw, &location),
             };
-            let record = match decoded {
-                Ok(record) => Some(record),
+            match decoded {
+                Ok(record) => {
+                    output.collect(record);
+                    self.limiter.record(1);
+                }
                 Err(error) => {
-                    let line = match expected_fields {
-                        Some(_) => csv_row_line(file, self.csv_row_start)?,
-                        None => line,
+                    // A CSV row says where the csv crate began parsing it (before the empty
+                    // lines it skips); the line it starts on is found from there.
+                    let line = match (csv, self.record.position()) {
+                        (Some((_, base_offset, base_line)), Some(start)) => csv_row_line(
+                            file,
+                            (base_offset + start.byte(), base_line + start.line() - 1),
+                        )?,
+                        _ => line,
                     };
                     let bad = MalformedRecord {
                         origin: RecordOrigin::File {
@@ -366,12 +371,11 @@ impl<T: Record> SourceReader for FileReader<T> {
                         error,
                         raw: raw.to_text(),
                     };
-                    self.malformed.handle(bad)?
+                    if let Some(dead_letter) = self.malformed.handle(bad)? {
+                        output.collect(dead_letter);
+                        self.limiter.record(1);
+                    }
                 }
-            };
-            if let Some(record) = record {
-                output.collect(record);
-                self.limiter.record(1);
             }
         }
         Ok(InputStatus::MoreAvailable)

@@ -103,6 +103,7 @@ impl KeyGroupAssigner {
     }
 
     /// The key group of `key`.
+    #[inline]
     pub fn key_group<K: Serialize + ?Sized>(&mut self, key: &K) -> Result<u32, StateError> {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
