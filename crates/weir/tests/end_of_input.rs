@@ -121,30 +121,6 @@ fn end_of_input_output_is_exactly_once_across_a_failover() {
     run_final_count(true, true);
 }
 
-/// A process function that appends one line when its input ends.
-#[derive(Clone)]
-struct Trailer;
-
-impl ProcessFunction<u64, String> for Trailer {
-    fn process_element(
-        &mut self,
-        value: u64,
-        _ctx: &RuntimeContext,
-        out: &mut Collector<'_, String>,
-    ) -> Result<(), BoxError> {
-        out.collect(value.to_string());
-        Ok(())
-    }
-    fn end_input(
-        &mut self,
-        ctx: &RuntimeContext,
-        out: &mut Collector<'_, String>,
-    ) -> Result<(), BoxError> {
-        out.collect(format!("end of subtask {}", ctx.subtask_index()));
-        Ok(())
-    }
-}
-
 #[test]
 fn end_of_input_lines_reach_every_exactly_once_sink() {
     let out = tempfile::tempdir().unwrap();
@@ -152,18 +128,10 @@ fn end_of_input_lines_reach_every_exactly_once_sink() {
         StreamExecutionEnvironment::new(common::failover_config(1, Duration::from_millis(10)))
             .unwrap();
     env.generate(100, |i| i)
-        .process(Trailer)
+        .process(common::MarkEnd::default())
         .sink_to(FileSink::lines(out.path()), "lines");
     env.execute("trailer").unwrap();
-    let mut lines = Vec::new();
-    for file in committed_files(out.path()).unwrap() {
-        lines.extend(
-            std::fs::read_to_string(file)
-                .unwrap()
-                .lines()
-                .map(str::to_string),
-        );
-    }
+    let lines = common::committed_lines(out.path());
     assert_eq!(lines.len(), 101, "{lines:?}");
-    assert_eq!(lines.last().map(String::as_str), Some("end of subtask 0"));
+    assert_eq!(lines.last().map(String::as_str), Some("end-input-0"));
 }

@@ -4,12 +4,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{diff, failover_config, mix, multiset};
+use common::{committed_lines, diff, failover_config, hidden_files, mix, multiset};
 use weir::connectors::file_sink::{committed_files, FileSink, RollingPolicy};
 use weir::connectors::generator::GeneratorSource;
 use weir::connectors::sink::Sink;
@@ -69,29 +68,6 @@ fn run_into<S: Sink<String>>(sink: S) -> weir::JobExecutionResult {
     let result = env.execute("exactly once").unwrap();
     assert_eq!(result.restarts, 2);
     result
-}
-
-fn committed_lines(dir: &Path) -> Vec<String> {
-    committed_files(dir)
-        .unwrap()
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn hidden_files(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with('.'))
-        .collect()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{committed, diff, multiset, CommittingSink};
+use common::{committed, committed_lines, diff, hidden_files, multiset, CommittingSink, MarkEnd};
 use weir::connectors::file_sink::{committed_files, FileSink};
 use weir::connectors::generator::GeneratorSource;
 use weir::connectors::sink::Sink;
@@ -54,30 +54,6 @@ fn records_out(result: &JobExecutionResult, operator: &str) -> u64 {
         .find(|o| o.name == operator)
         .unwrap_or_else(|| panic!("no operator `{operator}` in {:?}", result.operators))
         .records_out
-}
-
-/// Files whose names start with a dot: in-progress or pending parts, temporary batches.
-fn hidden_files(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with('.'))
-        .collect()
-}
-
-fn committed_lines(dir: &Path) -> Vec<String> {
-    committed_files(dir)
-        .unwrap()
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// Waits until some output is committed (a checkpoint completed mid-way through the input).
@@ -164,34 +140,6 @@ fn stop_with_savepoint_reads_each_record_once_with_the_write_ahead_log_sink() {
     stop_and_restore(out.path(), || {
         WriteAheadLog(FileBatchCommitter::<String>::lines(&dir))
     });
-}
-
-/// Passes records on; at the end of its input emits a marker and counts the call.
-#[derive(Clone)]
-struct MarkEnd {
-    end_inputs: Arc<AtomicUsize>,
-}
-
-impl ProcessFunction<u64, String> for MarkEnd {
-    fn process_element(
-        &mut self,
-        value: u64,
-        _ctx: &RuntimeContext,
-        out: &mut Collector<'_, String>,
-    ) -> Result<(), BoxError> {
-        out.collect(value.to_string());
-        Ok(())
-    }
-
-    fn end_input(
-        &mut self,
-        ctx: &RuntimeContext,
-        out: &mut Collector<'_, String>,
-    ) -> Result<(), BoxError> {
-        self.end_inputs.fetch_add(1, Ordering::SeqCst);
-        out.collect(format!("end-input-{}", ctx.subtask_index()));
-        Ok(())
-    }
 }
 
 /// Runs numbers → (another task) → `MarkEnd` → file sink, stops it with a savepoint

@@ -201,3 +201,59 @@ pub fn diff<T: std::hash::Hash + Eq + Clone + std::fmt::Debug>(
         "{m} missing (e.g. {missing:?}), {x} extra (e.g. {extra:?})"
     ))
 }
+
+/// Every line of the committed files in a file sink's output directory.
+pub fn committed_lines(dir: &std::path::Path) -> Vec<String> {
+    weir::connectors::file_sink::committed_files(dir)
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Files whose names start with a dot: in-progress or pending parts, temporary batches.
+pub fn hidden_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+/// Passes numbers on as text; at the end of its input emits `end-input-<subtask>` and
+/// counts the call.
+#[derive(Clone, Default)]
+pub struct MarkEnd {
+    /// How many times `end_input` ran, over every subtask.
+    pub end_inputs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl weir::ProcessFunction<u64, String> for MarkEnd {
+    fn process_element(
+        &mut self,
+        value: u64,
+        _ctx: &RuntimeContext,
+        out: &mut weir::Collector<'_, String>,
+    ) -> Result<(), BoxError> {
+        out.collect(value.to_string());
+        Ok(())
+    }
+
+    fn end_input(
+        &mut self,
+        ctx: &RuntimeContext,
+        out: &mut weir::Collector<'_, String>,
+    ) -> Result<(), BoxError> {
+        self.end_inputs
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        out.collect(format!("end-input-{}", ctx.subtask_index()));
+        Ok(())
+    }
+}
