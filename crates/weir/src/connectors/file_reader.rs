@@ -276,6 +276,7 @@ impl<T: Record> FileReader<T> {
             }
             OpenFile::Csv {
                 reader,
+                fields,
                 base_offset,
                 base_line,
                 ..
@@ -284,6 +285,8 @@ impl<T: Record> FileReader<T> {
                     format!("file source: `{}` line {}: {e}", split.path, split.line)
                 })?;
                 if more {
+                    // Without a header, the file's first row sets the width of the others.
+                    fields.get_or_insert(self.record.len());
                     split.offset = *base_offset + reader.position().byte();
                     split.line = *base_line + reader.position().line() - 1;
                 }
@@ -315,9 +318,6 @@ impl<T: Record> SourceReader for FileReader<T> {
                 self.splits.finish_front(&self.context);
                 self.open = None;
                 return Ok(InputStatus::MoreAvailable);
-            }
-            if let Some(OpenFile::Csv { fields, .. }) = &mut self.open {
-                fields.get_or_insert(self.record.len());
             }
             let (raw, csv) = match &self.open {
                 Some(OpenFile::Csv {

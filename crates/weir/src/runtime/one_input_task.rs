@@ -41,6 +41,7 @@ pub struct OneInputStreamTask<T> {
 impl<T: Record> OneInputStreamTask<T> {
     /// A task reading `gate` into the chain starting at `head`.
     pub fn new(gate: InputGate<T>, head: Box<dyn Output<T>>, buffer_timeout: Duration) -> Self {
+        let data_ended = vec![false; gate.num_channels()];
         Self {
             gate,
             head,
@@ -49,7 +50,7 @@ impl<T: Record> OneInputStreamTask<T> {
             final_checkpoint: None,
             completed_up_to: 0,
             stop_at: None,
-            data_ended: Vec::new(),
+            data_ended,
             input_ended: false,
         }
     }
@@ -131,9 +132,8 @@ impl<T: Record> OneInputStreamTask<T> {
 
     /// Ends the chain's input once every channel has sent its end of data or closed.
     fn end_data_if_all_ended(&mut self) -> Result<(), TaskError> {
-        let all_ended = (0..self.gate.num_channels()).all(|c| {
-            self.data_ended.get(c).copied().unwrap_or(false) || self.gate.is_channel_finished(c)
-        });
+        let all_ended = (0..self.gate.num_channels())
+            .all(|c| self.data_ended[c] || self.gate.is_channel_finished(c));
         if all_ended {
             self.end_data()?;
         }
@@ -187,9 +187,6 @@ impl<T: Record> OneInputStreamTask<T> {
     ) -> Result<bool, TaskError> {
         match event {
             StreamEvent::EndOfData => {
-                if self.data_ended.len() != self.gate.num_channels() {
-                    self.data_ended = vec![false; self.gate.num_channels()];
-                }
                 self.data_ended[channel] = true;
                 self.end_data_if_all_ended()?;
                 Ok(false)

@@ -89,22 +89,19 @@ impl JobMaster {
         attempt: &Attempt,
         last: Option<Finality>,
     ) -> Result<u64, WeirError> {
-        let Some(storage) = self.storage().cloned() else {
-            return Err(WeirError::InvalidRequest(
-                "savepoints need a directory: set `CheckpointStorageConfig::directory(dir)` as the \
-                 checkpoint storage (checkpoints and savepoints are kept in memory otherwise)"
-                    .into(),
-            ));
-        };
-        if kind == SnapshotType::Savepoint
-            && self.job.config.checkpoint.storage == CheckpointStorageConfig::Memory
-        {
+        // A job without a storage is one without periodic checkpoints whose storage is in
+        // memory: only a savepoint can be asked of it, and it has nowhere to go.
+        let storage = self.storage().cloned().filter(|_| {
+            kind == SnapshotType::Checkpoint
+                || self.job.config.checkpoint.storage != CheckpointStorageConfig::Memory
+        });
+        let Some(storage) = storage else {
             return Err(WeirError::InvalidRequest(
                 "savepoints need a directory: the checkpoint storage is in memory, so a savepoint \
                  would be lost with this process; set `CheckpointStorageConfig::directory(dir)`"
                     .into(),
             ));
-        }
+        };
         if attempt.checkpoints_disabled || attempt.is_stopping() {
             return Err(WeirError::InvalidRequest(
                 "an operator has finished or the job is stopping; no more checkpoints can be taken"

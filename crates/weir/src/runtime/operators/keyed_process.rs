@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use crate::api::functions::{KeyedContext, KeyedEndContext, KeyedProcessFunction};
-use crate::checkpoint::config::CheckpointingMode;
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
@@ -27,8 +26,6 @@ pub struct KeyedProcessOperator<K, I, O, P> {
     backend: HeapKeyedStateBackend<K>,
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
-    /// Whether checkpoints are aligned (the end-of-input mark is kept only then).
-    exactly_once: bool,
     function: P,
     output: Box<dyn Output<O>>,
 }
@@ -47,7 +44,6 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
             backend: OperatorCore::keyed_backend(setup)?,
             operator_state: OperatorCore::operator_state(setup),
             end_of_input: EndOfInput::default(),
-            exactly_once: setup.config.checkpoint.mode == CheckpointingMode::ExactlyOnce,
             function,
             output,
         })
@@ -58,9 +54,7 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
     for KeyedProcessOperator<K, I, O, P>
 {
     fn open(&mut self) -> Result<(), TaskError> {
-        let exactly_once = self.exactly_once;
-        self.end_of_input =
-            EndOfInput::restore(&self.core, &mut self.operator_state, exactly_once)?;
+        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
         let (function, core) = (&mut self.function, &self.core);
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)

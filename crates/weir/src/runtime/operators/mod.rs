@@ -12,6 +12,7 @@ pub mod sink_writer;
 use std::sync::Arc;
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
+use crate::checkpoint::config::CheckpointingMode;
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::Key;
@@ -156,8 +157,9 @@ impl EndOfInput {
     pub(crate) fn restore(
         core: &OperatorCore,
         state: &mut OperatorStateBackend,
-        exactly_once: bool,
     ) -> Result<Self, TaskError> {
+        let exactly_once =
+            core.runtime.execution_config().checkpoint.mode == CheckpointingMode::ExactlyOnce;
         let state_error = |e: crate::error::StateError| in_operator(&core.name, e.into());
         let marks: Vec<InputEndedMark> = state
             .get_union_list(INPUT_ENDED_STATE)

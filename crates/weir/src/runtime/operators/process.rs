@@ -3,7 +3,6 @@
 use std::marker::PhantomData;
 
 use crate::api::functions::ProcessFunction;
-use crate::checkpoint::config::CheckpointingMode;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::operators::{
@@ -21,8 +20,6 @@ pub struct ProcessOperator<I, O, P> {
     function: P,
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
-    /// Whether checkpoints are aligned (the end-of-input mark is kept only then).
-    exactly_once: bool,
     output: Box<dyn Output<O>>,
     _input: PhantomData<fn(I)>,
 }
@@ -34,7 +31,6 @@ impl<I, O, P> ProcessOperator<I, O, P> {
             core: OperatorCore::new(setup),
             operator_state: OperatorCore::operator_state(setup),
             end_of_input: EndOfInput::default(),
-            exactly_once: setup.config.checkpoint.mode == CheckpointingMode::ExactlyOnce,
             function,
             output,
             _input: PhantomData,
@@ -44,9 +40,7 @@ impl<I, O, P> ProcessOperator<I, O, P> {
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> Output<I> for ProcessOperator<I, O, P> {
     fn open(&mut self) -> Result<(), TaskError> {
-        let exactly_once = self.exactly_once;
-        self.end_of_input =
-            EndOfInput::restore(&self.core, &mut self.operator_state, exactly_once)?;
+        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
         let (function, core) = (&mut self.function, &self.core);
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)
