@@ -12,6 +12,7 @@ pub mod prelude;
 pub mod record;
 pub mod runtime;
 pub mod state;
+pub mod time;
 
 pub use api::data_stream::{DataStream, DataStreamSink};
 pub use api::environment::StreamExecutionEnvironment;

@@ -50,9 +50,9 @@ fn slow_consumer_bounds_records_in_flight() {
         .with_channel_capacity(2)
         .with_buffer_timeout(Duration::from_secs(10));
     // One channel: its queued batches plus the batch its writer fills, plus the batch the
-    // consumer is working through, plus the one record the generator has made but not yet
-    // handed to the writer.
-    let bound = config.records_per_channel_bound() as u64 + config.buffer_size as u64 + 1;
+    // consumer is working through, plus the batch the source's chain gathers and the one
+    // record the generator has made but not yet handed to it.
+    let bound = config.records_per_channel_bound() as u64 + 2 * config.buffer_size as u64 + 1;
     let (max_in_flight, produced) = run_with_slow_consumer(config, false);
     assert_eq!(produced, 2_000);
     assert!(
@@ -69,8 +69,8 @@ fn slow_consumer_bounds_records_in_flight_across_a_keyed_shuffle() {
         .with_channel_capacity(2)
         .with_buffer_timeout(Duration::from_secs(10));
     // 2 producers x 2 consumers = 4 channels; each consumer works through one batch; each
-    // producer holds at most one record outside its writer.
-    let bound = 4 * config.records_per_channel_bound() as u64 + 2 * config.buffer_size as u64 + 2;
+    // producer's chain gathers one batch, and holds at most one record outside it.
+    let bound = 4 * config.records_per_channel_bound() as u64 + 4 * config.buffer_size as u64 + 2;
     let (max_in_flight, _) = run_with_slow_consumer(config, true);
     assert!(
         max_in_flight <= bound,

@@ -22,7 +22,8 @@ use crate::runtime::operators::flat_map::{FlatMapIterOperator, FlatMapOperator};
 use crate::runtime::operators::map::MapOperator;
 use crate::runtime::operators::process::ProcessOperator;
 use crate::runtime::operators::sink_writer::SinkWriterOperator;
-use crate::runtime::output::{Collector, Output};
+use crate::runtime::operators::OneInputStreamOperator;
+use crate::runtime::output::Collector;
 use crate::runtime::stream_type::{SharedAny, TypeOf};
 use crate::runtime::task::OperatorSetup;
 
@@ -117,20 +118,18 @@ impl<T: Record> DataStream<T> {
     }
 
     /// Adds an operator of output type `O` fed by this stream.
-    pub(crate) fn add_operator<O: Record>(
+    pub(crate) fn add_operator<O: Record, Op: OneInputStreamOperator<T, O> + 'static>(
         &self,
         name: &str,
         kind: OperatorKind,
         keyed: bool,
-        create: impl Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<T>>, BoxError>
-            + Send
-            + 'static,
+        create: impl Fn(&OperatorSetup) -> Result<Op, BoxError> + Send + 'static,
     ) -> DataStream<O> {
         let mut node = PendingNode::new(
             name.to_string(),
             kind,
             TypeOf::<O>::shared(),
-            NodeFactory::Operator(Box::new(FnOperatorFactory::<T, O, _>::new(create))),
+            NodeFactory::Operator(Box::new(FnOperatorFactory::<T, O, Op, _>::new(create))),
         );
         node.keyed = keyed;
         let id = self.builder.borrow_mut().add_node(node, &self.upstreams);
@@ -154,8 +153,8 @@ impl<T: Record> DataStream<T> {
 
     /// Applies `f` to each record.
     pub fn map<O: Record, F: FnMut(T) -> O + Clone + Send + 'static>(&self, f: F) -> DataStream<O> {
-        self.add_operator("Map", OperatorKind::Operator, false, move |setup, out| {
-            Ok(Box::new(MapOperator::new(setup, f.clone(), out)))
+        self.add_operator("Map", OperatorKind::Operator, false, move |setup| {
+            Ok(MapOperator::new(setup, f.clone()))
         })
     }
 
@@ -164,12 +163,9 @@ impl<T: Record> DataStream<T> {
         &self,
         predicate: F,
     ) -> DataStream<T> {
-        self.add_operator(
-            "Filter",
-            OperatorKind::Operator,
-            false,
-            move |setup, out| Ok(Box::new(FilterOperator::new(setup, predicate.clone(), out))),
-        )
+        self.add_operator("Filter", OperatorKind::Operator, false, move |setup| {
+            Ok(FilterOperator::new(setup, predicate.clone()))
+        })
     }
 
     /// Calls `f` with each record and a [`Collector`] that takes any number of results
@@ -195,12 +191,9 @@ impl<T: Record> DataStream<T> {
         O: Record,
         F: FnMut(T, &mut Collector<'_, O>) + Clone + Send + 'static,
     {
-        self.add_operator(
-            "Flat Map",
-            OperatorKind::Operator,
-            false,
-            move |setup, out| Ok(Box::new(FlatMapOperator::new(setup, f.clone(), out))),
-        )
+        self.add_operator("Flat Map", OperatorKind::Operator, false, move |setup| {
+            Ok(FlatMapOperator::new(setup, f.clone()))
+        })
     }
 
     /// Emits every item of the collection `f` returns for each record: an `Option`, a
@@ -220,22 +213,16 @@ impl<T: Record> DataStream<T> {
         It: IntoIterator<Item = O>,
         F: FnMut(T) -> It + Clone + Send + 'static,
     {
-        self.add_operator(
-            "Flat Map",
-            OperatorKind::Operator,
-            false,
-            move |setup, out| Ok(Box::new(FlatMapIterOperator::new(setup, f.clone(), out))),
-        )
+        self.add_operator("Flat Map", OperatorKind::Operator, false, move |setup| {
+            Ok(FlatMapIterOperator::new(setup, f.clone()))
+        })
     }
 
     /// Runs a [`ProcessFunction`] over each record.
     pub fn process<O: Record, P: ProcessFunction<T, O>>(&self, function: P) -> DataStream<O> {
-        self.add_operator(
-            "Process",
-            OperatorKind::Operator,
-            false,
-            move |setup, out| Ok(Box::new(ProcessOperator::new(setup, function.clone(), out))),
-        )
+        self.add_operator("Process", OperatorKind::Operator, false, move |setup| {
+            Ok(ProcessOperator::new(setup, function.clone()))
+        })
     }
 
     /// Partitions by the key `key_selector` extracts: all records of a key go to the same
@@ -323,13 +310,13 @@ impl<T: Record> DataStream<T> {
     /// Writes the stream to `sink`.
     pub fn sink_to<S: Sink<T>>(&self, sink: S, name: &str) -> DataStreamSink {
         let commits = sink.commits_on_checkpoint_completion();
-        let stream = self.add_operator::<()>(
+        let stream = self.add_operator::<(), _>(
             &format!("Sink: {name}"),
             OperatorKind::Sink,
             false,
-            move |setup, _out| {
+            move |setup| {
                 let writer = sink.create_writer(&RuntimeContext::of(setup))?;
-                Ok(Box::new(SinkWriterOperator::new(setup, writer)))
+                Ok(SinkWriterOperator::new(setup, writer))
             },
         );
         let node = stream.own_node();

@@ -51,13 +51,12 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
     {
         let selector = self.selector.clone();
         self.stream
-            .add_operator(name, OperatorKind::Operator, true, move |setup, out| {
-                Ok(Box::new(RollingAggregateOperator::new(
+            .add_operator(name, OperatorKind::Operator, true, move |setup| {
+                Ok(RollingAggregateOperator::new(
                     setup,
                     selector.clone(),
                     aggregator.clone(),
-                    out,
-                )?))
+                )?)
             })
     }
 
@@ -102,13 +101,12 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
             "Keyed Process",
             OperatorKind::Operator,
             true,
-            move |setup, out| {
-                Ok(Box::new(KeyedProcessOperator::new(
+            move |setup| {
+                Ok(KeyedProcessOperator::new(
                     setup,
                     selector.clone(),
                     function.clone(),
-                    out,
-                )?))
+                )?)
             },
         )
     }

@@ -10,6 +10,7 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
+use crate::runtime::chain::{ChainedNode, OperatorChain};
 use crate::runtime::channel::CancelToken;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
@@ -168,46 +169,13 @@ pub fn deploy(
     let mut tasks = Vec::new();
     for ev in &eg.vertices {
         let vertex = &jg.vertices[ev.id.vertex.index()];
-        let mut chained_inputs: HashMap<NodeId, AnyBox> = HashMap::new();
-        let mut source_task = None;
-        for &node_id in vertex.operators.iter().rev() {
+        // The chain's operators in the vertex's (topological) order, then its record
+        // writers: every node's successors come after it.
+        let mut nodes: Vec<Box<dyn ChainedNode>> = Vec::new();
+        let mut position: HashMap<NodeId, usize> = HashMap::new();
+        let mut source = None;
+        for &node_id in &vertex.operators {
             let node = sg.node(node_id);
-            let ty = &job.output_types[node_id.index()];
-            let mut outputs = Vec::new();
-            for edge in sg.out_edges(node_id) {
-                if jg.is_chained(edge.id) {
-                    let input = chained_inputs.remove(&edge.target).ok_or_else(|| {
-                        WeirError::Internal(format!("chained successor of `{}` missing", node.name))
-                    })?;
-                    outputs.push(input);
-                } else {
-                    let job_edge = jg.job_edge_of(edge.id).ok_or_else(|| {
-                        WeirError::Internal(format!("edge {} has no job edge", edge.id))
-                    })?;
-                    let chans = senders.remove(&(job_edge, ev.id)).unwrap_or_default();
-                    let writer = ty
-                        .record_writer(
-                            chans,
-                            WriterSpec {
-                                partitioner: edge.partitioner,
-                                key_selector: job.key_selectors[edge.id.index()].as_ref(),
-                                max_parallelism: sg.node(edge.target).max_parallelism,
-                                producer_subtask: ev.id.subtask,
-                                batch_size: config.buffer_size,
-                                cancel: cancel.clone(),
-                            },
-                        )
-                        .map_err(WeirError::Internal)?;
-                    outputs.push(writer);
-                }
-            }
-            let output = match outputs.len() {
-                0 => ty.discard(),
-                1 => outputs
-                    .pop()
-                    .ok_or_else(|| WeirError::Internal("no output".into()))?,
-                _ => ty.fan_out(outputs).map_err(WeirError::Internal)?,
-            };
             let restored = match restore {
                 Some(r) => load_state(r, storage, node_id, ev.id.subtask)?,
                 None => None,
@@ -235,27 +203,81 @@ pub fn deploy(
                 parallelism: setup.parallelism,
             };
             match &job.factories[node_id.index()] {
-                NodeFactory::Source(factory) => {
-                    let endpoint = endpoints
-                        .get_mut(&node_id)
-                        .and_then(|eps| eps.get_mut(ev.id.subtask as usize))
-                        .and_then(Option::take)
-                        .ok_or_else(|| WeirError::Internal("missing reader endpoint".into()))?;
-                    let task = factory
-                        .create_task(&setup, output, endpoint)
-                        .map_err(|e| setup_error(&node.name, Some(subtask_display), e))?;
-                    source_task = Some(task);
-                }
+                NodeFactory::Source(factory) => source = Some((factory, setup, subtask_display)),
                 NodeFactory::Operator(factory) => {
-                    let input = factory
-                        .create(&setup, output)
+                    let created = factory
+                        .create(&setup)
                         .map_err(|e| setup_error(&node.name, Some(subtask_display), e))?;
-                    chained_inputs.insert(node_id, input);
+                    position.insert(node_id, nodes.len());
+                    nodes.push(created);
                 }
             }
         }
-        let body = match source_task {
-            Some(task) => task,
+        let mut source_successors = Vec::new();
+        for &node_id in &vertex.operators {
+            let node = sg.node(node_id);
+            let ty = &job.output_types[node_id.index()];
+            let mut successors = Vec::new();
+            for edge in sg.out_edges(node_id) {
+                if jg.is_chained(edge.id) {
+                    let target = position.get(&edge.target).ok_or_else(|| {
+                        WeirError::Internal(format!("chained successor of `{}` missing", node.name))
+                    })?;
+                    successors.push(*target);
+                } else {
+                    let job_edge = jg.job_edge_of(edge.id).ok_or_else(|| {
+                        WeirError::Internal(format!("edge {} has no job edge", edge.id))
+                    })?;
+                    let chans = senders.remove(&(job_edge, ev.id)).unwrap_or_default();
+                    let writer = ty
+                        .record_writer(
+                            chans,
+                            WriterSpec {
+                                partitioner: edge.partitioner,
+                                key_selector: job.key_selectors[edge.id.index()].as_ref(),
+                                max_parallelism: sg.node(edge.target).max_parallelism,
+                                producer_subtask: ev.id.subtask,
+                                batch_size: config.buffer_size,
+                                cancel: cancel.clone(),
+                            },
+                        )
+                        .map_err(WeirError::Internal)?;
+                    successors.push(nodes.len());
+                    nodes.push(writer);
+                }
+            }
+            match position.get(&node_id) {
+                Some(&at) => {
+                    let output = nodes[at].output_type();
+                    let mut relative = Vec::with_capacity(successors.len());
+                    for &s in &successors {
+                        OperatorChain::check_link(&nodes, &node.name, output, s)
+                            .map_err(|e| WeirError::Internal(e.to_string()))?;
+                        relative.push(s.checked_sub(at + 1).ok_or_else(|| {
+                            WeirError::Internal(format!(
+                                "`{}` feeds an operator before it in its chain",
+                                node.name
+                            ))
+                        })?);
+                    }
+                    nodes[at].set_successors(relative);
+                }
+                None => source_successors = successors,
+            }
+        }
+        let body = match source {
+            Some((factory, setup, subtask_display)) => {
+                let endpoint = endpoints
+                    .get_mut(&setup.node)
+                    .and_then(|eps| eps.get_mut(ev.id.subtask as usize))
+                    .and_then(Option::take)
+                    .ok_or_else(|| WeirError::Internal("missing reader endpoint".into()))?;
+                let chain = OperatorChain::new(nodes, source_successors, config.buffer_size)
+                    .map_err(|e| WeirError::Internal(e.to_string()))?;
+                factory
+                    .create_task(&setup, chain, endpoint)
+                    .map_err(|e| setup_error(&setup.name, Some(subtask_display), e))?
+            }
             None => {
                 let head = vertex.head();
                 let input_type = sg
@@ -268,13 +290,15 @@ pub fn deploy(
                             sg.node(head).name
                         ))
                     })?;
-                let head_input = chained_inputs
-                    .remove(&head)
+                let at = *position
+                    .get(&head)
                     .ok_or_else(|| WeirError::Internal("chain head missing".into()))?;
+                let chain = OperatorChain::new(nodes, vec![at], config.buffer_size)
+                    .map_err(|e| WeirError::Internal(e.to_string()))?;
                 input_type
                     .input_task(
                         receivers.remove(&ev.id).unwrap_or_default(),
-                        head_input,
+                        chain,
                         cancel.clone(),
                         config.buffer_timeout,
                     )

@@ -1,6 +1,7 @@
 //! The runtime: channels, record writers, input gates, operators, tasks, and the local
 //! mini-cluster that runs them.
 
+pub mod chain;
 pub mod channel;
 pub mod deployment;
 pub mod input_gate;

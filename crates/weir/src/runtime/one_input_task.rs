@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::barrier_handler::{BarrierAction, BarrierHandler};
 use crate::error::TaskError;
 use crate::record::Record;
+use crate::runtime::chain::OperatorChain;
 use crate::runtime::input_gate::{GateNext, InputGate};
-use crate::runtime::output::{OperatorMetrics, Output};
+use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{
     await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
     StopOutcome,
@@ -15,13 +16,13 @@ use crate::runtime::snapshot::{
 use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
 
-/// Reads the input gate and pushes records through the chain.
+/// Reads the input gate and pushes records through the operator chain, driving its lifecycle.
 ///
 /// Partly filled output batches are flushed when the input runs dry (so an idle pipeline
 /// has no added latency) and at the latest after the buffer timeout while busy.
 pub struct OneInputStreamTask<T> {
     gate: InputGate<T>,
-    head: Box<dyn Output<T>>,
+    chain: OperatorChain,
     buffer_timeout: Duration,
     /// Checkpoint whose first barrier arrived, and when.
     first_barrier: Option<(u64, Instant)>,
@@ -39,12 +40,12 @@ pub struct OneInputStreamTask<T> {
 }
 
 impl<T: Record> OneInputStreamTask<T> {
-    /// A task reading `gate` into the chain starting at `head`.
-    pub fn new(gate: InputGate<T>, head: Box<dyn Output<T>>, buffer_timeout: Duration) -> Self {
+    /// A task reading `gate` into `chain`.
+    pub fn new(gate: InputGate<T>, chain: OperatorChain, buffer_timeout: Duration) -> Self {
         let data_ended = vec![false; gate.num_channels()];
         Self {
             gate,
-            head,
+            chain,
             buffer_timeout,
             first_barrier: None,
             final_checkpoint: None,
@@ -72,7 +73,7 @@ impl<T: Record> OneInputStreamTask<T> {
                     // A draining stop's barrier makes the chain end its input before the
                     // snapshot (the operators see it first); all input before it is processed,
                     // and the sources sent nothing after it.
-                    checkpoint_chain(&mut *self.head, Vec::new(), barrier, env, alignment)?;
+                    checkpoint_chain(&mut self.chain, Vec::new(), barrier, env, alignment)?;
                     if barrier.is_final {
                         self.final_checkpoint = Some(barrier.checkpoint_id);
                     }
@@ -113,7 +114,7 @@ impl<T: Record> OneInputStreamTask<T> {
                         self.completed_up_to = self.completed_up_to.max(id);
                     }
                 }
-                self.head.notify_checkpoint(notification)
+                self.chain.notify_checkpoint(notification)
             }
             TaskControl::Stop => Err(TaskError::Cancelled),
         }
@@ -125,7 +126,7 @@ impl<T: Record> OneInputStreamTask<T> {
     fn end_data(&mut self) -> Result<(), TaskError> {
         if !self.input_ended {
             self.input_ended = true;
-            self.head.emit_event(&StreamEvent::EndOfData)?;
+            self.chain.end_data()?;
         }
         Ok(())
     }
@@ -145,11 +146,11 @@ impl<T: Record> OneInputStreamTask<T> {
     /// completion if it took part in one.
     fn end_input(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         self.end_data()?;
-        self.head.emit_event(&StreamEvent::EndOfStream)?;
+        self.chain.end_stream()?;
         // The completion notice may have come before the end of the input.
         if let Some(final_id) = self.final_checkpoint.filter(|f| *f > self.completed_up_to) {
-            let head = &mut self.head;
-            await_final_checkpoint(env, final_id, |n| head.notify_checkpoint(n))?;
+            let chain = &mut self.chain;
+            await_final_checkpoint(env, final_id, |n| chain.notify_checkpoint(n))?;
         }
         Ok(())
     }
@@ -227,10 +228,10 @@ impl<T: Record> OneInputStreamTask<T> {
 
 impl<T: Record> Invokable for OneInputStreamTask<T> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
-        self.head.open()?;
+        self.chain.open()?;
         if self.gate.num_channels() == 0 {
             self.end_data()?;
-            return self.head.emit_event(&StreamEvent::EndOfStream);
+            return self.chain.end_stream();
         }
         let mut handler = BarrierHandler::new(env.mode);
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
@@ -241,7 +242,7 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
             let (channel, element) = match self.gate.poll()? {
                 Some(ready) => ready,
                 None => {
-                    self.head.flush()?;
+                    self.chain.flush()?;
                     flush_deadline = Instant::now() + self.buffer_timeout;
                     match self.gate.next_blocking(&env.control)? {
                         GateNext::Element(channel, element) => (channel, element),
@@ -253,13 +254,11 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
                 }
             };
             match element {
-                StreamElement::Records(batch) => {
-                    for record in batch {
-                        self.head.collect(record)?;
-                    }
+                StreamElement::Records(mut batch) => {
+                    self.chain.process_records(&mut batch)?;
                     let now = Instant::now();
                     if now >= flush_deadline {
-                        self.head.flush()?;
+                        self.chain.flush()?;
                         flush_deadline = now + self.buffer_timeout;
                     }
                 }
@@ -279,6 +278,6 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
     }
 
     fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
-        self.head.report_metrics(into);
+        self.chain.report_metrics(into);
     }
 }

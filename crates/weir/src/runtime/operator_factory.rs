@@ -7,30 +7,31 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::error::BoxError;
 use crate::graph::ids::NodeId;
 use crate::record::Record;
+use crate::runtime::chain::{ChainedNode, OneInputNode, OperatorChain};
 use crate::runtime::channel::CancelToken;
-use crate::runtime::output::Output;
+use crate::runtime::operators::OneInputStreamOperator;
 use crate::runtime::source_task::CoordinatorControl;
-use crate::runtime::stream_type::{downcast, AnyBox};
+use crate::runtime::stream_type::AnyBox;
 use crate::runtime::task::{Invokable, OperatorSetup, TaskEvent};
 
-/// Creates an operator: given its output (`Box<dyn Output<O>>`), returns its input side
-/// (`Box<dyn Output<I>>`), through which its predecessor pushes records.
+/// Creates an operator's chain node, once per subtask.
 pub trait OperatorFactory: Send {
     /// Creates the operator of one subtask.
-    fn create(&self, setup: &OperatorSetup, output: AnyBox) -> Result<AnyBox, BoxError>;
+    fn create(&self, setup: &OperatorSetup) -> Result<Box<dyn ChainedNode>, BoxError>;
 }
 
-/// An [`OperatorFactory`] from a typed closure.
-pub struct FnOperatorFactory<I, O, F> {
+/// An [`OperatorFactory`] from a closure that creates a typed operator.
+pub struct FnOperatorFactory<I, O, Op, F> {
     f: F,
-    _types: PhantomData<fn(I) -> O>,
+    _types: PhantomData<fn(I) -> (O, Op)>,
 }
 
-impl<I, O, F> FnOperatorFactory<I, O, F>
+impl<I, O, Op, F> FnOperatorFactory<I, O, Op, F>
 where
     I: Record,
     O: Record,
-    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError> + Send,
+    Op: OneInputStreamOperator<I, O> + 'static,
+    F: Fn(&OperatorSetup) -> Result<Op, BoxError> + Send,
 {
     /// Wraps `f`.
     pub fn new(f: F) -> Self {
@@ -41,16 +42,16 @@ where
     }
 }
 
-impl<I, O, F> OperatorFactory for FnOperatorFactory<I, O, F>
+impl<I, O, Op, F> OperatorFactory for FnOperatorFactory<I, O, Op, F>
 where
     I: Record,
     O: Record,
-    F: Fn(&OperatorSetup, Box<dyn Output<O>>) -> Result<Box<dyn Output<I>>, BoxError> + Send,
+    Op: OneInputStreamOperator<I, O> + 'static,
+    F: Fn(&OperatorSetup) -> Result<Op, BoxError> + Send,
 {
-    fn create(&self, setup: &OperatorSetup, output: AnyBox) -> Result<AnyBox, BoxError> {
-        let output = downcast::<Box<dyn Output<O>>>(output, "operator output")?;
-        let input = (self.f)(setup, output)?;
-        Ok(Box::new(input))
+    fn create(&self, setup: &OperatorSetup) -> Result<Box<dyn ChainedNode>, BoxError> {
+        let operator = (self.f)(setup)?;
+        Ok(Box::new(OneInputNode::<I, O, Op>::new(setup, operator)))
     }
 }
 
@@ -77,11 +78,11 @@ pub trait SourceFactory: Send {
         cancel: CancelToken,
         restored: Option<&[u8]>,
     ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<AnyBox>), BoxError>;
-    /// Creates the source task of one subtask.
+    /// Creates the source task of one subtask, emitting into `chain`.
     fn create_task(
         &self,
         setup: &OperatorSetup,
-        output: AnyBox,
+        chain: OperatorChain,
         endpoint: AnyBox,
     ) -> Result<Box<dyn Invokable>, BoxError>;
     /// Largest parallelism the source supports.

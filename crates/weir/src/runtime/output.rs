@@ -1,15 +1,14 @@
-//! The push interface between operators: an operator emits into an [`Output`], which is the
-//! next chained operator, a record writer to other subtasks, or a fan-out of several.
-//! Chained operators thus call each other directly, with no channel in between.
+//! What operators and user functions emit into: an [`Output`] of records and watermarks, and
+//! the [`Collector`] that user functions see. Inside a task the output is a
+//! [`ChainOutput`](crate::runtime::chain::ChainOutput), which hands batches to the next
+//! operators of the chain and to the record writers.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::error::{panic_message, BoxError, TaskError};
 use crate::graph::ids::NodeId;
-use crate::record::Record;
-use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::StreamEvent;
+use crate::time::Watermark;
 
 /// Record counts of one operator subtask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -28,56 +27,15 @@ pub struct OperatorMetrics {
     pub records_dead_lettered: u64,
 }
 
-/// Where records of type `T` go; an operator is the `Output` of its predecessor, so these
-/// methods also carry the chain's lifecycle, in chain order.
+/// Where an operator writes: records, and watermarks in order with them. The lifecycle
+/// (open, checkpoints, end of input) is driven by the task over the
+/// [`OperatorChain`](crate::runtime::chain::OperatorChain), not passed along here.
 pub trait Output<T>: Send {
-    /// Opens this operator and everything after it: called once on the task thread before
-    /// the first record (user functions' `initialize_state` and `open` run here).
-    fn open(&mut self) -> Result<(), TaskError>;
     /// Emits one record.
     fn collect(&mut self, record: T) -> Result<(), TaskError>;
-    /// Passes an in-band event on: each operator reacts (end of input, snapshot at a barrier)
-    /// and forwards it, so events follow the records that precede them.
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError>;
-    /// Sends partly filled batches downstream.
-    fn flush(&mut self) -> Result<(), TaskError>;
-    /// The synchronous part of checkpoint `checkpoint_id`: appends this operator's frozen
-    /// state, then recurses down the chain. Called after the barrier was passed on.
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError>;
-    /// Tells this operator and everything after it that a checkpoint completed or aborted.
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError>;
-    /// Appends the record counts of this operator and of everything downstream in the chain.
-    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>);
+    /// Emits a watermark, after every record emitted before it.
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError>;
 }
-
-/// Implements the lifecycle methods of an `Output` that ends a chain (no operator state,
-/// nothing downstream in the task).
-macro_rules! chain_end_lifecycle {
-    () => {
-        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
-            Ok(())
-        }
-        fn snapshot_state(
-            &mut self,
-            _checkpoint_id: u64,
-            _into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
-        ) -> Result<(), $crate::error::TaskError> {
-            Ok(())
-        }
-        fn notify_checkpoint(
-            &mut self,
-            _notification: $crate::runtime::snapshot::CheckpointNotification,
-        ) -> Result<(), $crate::error::TaskError> {
-            Ok(())
-        }
-        fn report_metrics(&self, _into: &mut Vec<$crate::runtime::output::OperatorMetrics>) {}
-    };
-}
-pub(crate) use chain_end_lifecycle;
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
 /// after the user function returns, so user code calls `collect` without handling them.
@@ -99,7 +57,6 @@ pub(crate) use chain_end_lifecycle;
 /// ```
 pub struct Collector<'a, T> {
     output: &'a mut dyn Output<T>,
-    emitted: u64,
     error: Option<TaskError>,
 }
 
@@ -109,7 +66,6 @@ impl<'a, T> Collector<'a, T> {
     pub fn new(output: &'a mut dyn Output<T>) -> Self {
         Self {
             output,
-            emitted: 0,
             error: None,
         }
     }
@@ -118,9 +74,8 @@ impl<'a, T> Collector<'a, T> {
     #[inline]
     pub fn collect(&mut self, record: T) {
         if self.error.is_none() {
-            match self.output.collect(record) {
-                Ok(()) => self.emitted += 1,
-                Err(e) => self.error = Some(e),
+            if let Err(e) = self.output.collect(record) {
+                self.error = Some(e);
             }
         }
     }
@@ -130,9 +85,9 @@ impl<'a, T> Collector<'a, T> {
         self.error.is_some()
     }
 
-    /// Number of records emitted, and the first downstream error.
-    pub(crate) fn finish(self) -> (u64, Result<(), TaskError>) {
-        (self.emitted, self.error.map_or(Ok(()), Err))
+    /// The first downstream error.
+    pub(crate) fn finish(self) -> Result<(), TaskError> {
+        self.error.map_or(Ok(()), Err)
     }
 }
 
@@ -167,89 +122,17 @@ pub(crate) fn in_operator(operator: &Arc<str>, cause: TaskError) -> TaskError {
     }
 }
 
-/// Sends each record to several outputs (an operator with more than one consumer).
-pub struct FanOut<T> {
-    outputs: Vec<Box<dyn Output<T>>>,
-}
-
-impl<T> FanOut<T> {
-    /// Fans out to `outputs` (at least two).
-    pub fn new(outputs: Vec<Box<dyn Output<T>>>) -> Self {
-        Self { outputs }
-    }
-}
-
-impl<T: Record> Output<T> for FanOut<T> {
-    fn open(&mut self) -> Result<(), TaskError> {
-        self.outputs.iter_mut().try_for_each(|o| o.open())
-    }
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|o| o.snapshot_state(checkpoint_id, into))
-    }
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|o| o.notify_checkpoint(notification))
-    }
-    fn collect(&mut self, record: T) -> Result<(), TaskError> {
-        if let Some((last, rest)) = self.outputs.split_last_mut() {
-            for out in rest {
-                out.collect(record.clone())?;
-            }
-            last.collect(record)?;
-        }
-        Ok(())
-    }
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|o| o.emit_event(event))
-    }
-    fn flush(&mut self) -> Result<(), TaskError> {
-        self.outputs.iter_mut().try_for_each(|o| o.flush())
-    }
-    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
-        self.outputs.iter().for_each(|o| o.report_metrics(into));
-    }
-}
-
-/// Drops records: the output of sinks and of streams nobody consumes.
-pub struct Discard;
-
-impl<T: Send> Output<T> for Discard {
-    #[inline]
-    fn collect(&mut self, _record: T) -> Result<(), TaskError> {
-        Ok(())
-    }
-    fn emit_event(&mut self, _event: &StreamEvent) -> Result<(), TaskError> {
-        Ok(())
-    }
-    fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-    chain_end_lifecycle!();
-}
-
-/// Runs a fallible user function that emits into `output` through a [`Collector`]: counts
-/// what it emitted, raises a downstream failure first (it is the root cause), then the
-/// function's own panic or error, attributed to `operator`.
+/// Runs a fallible user function that emits into `output` through a [`Collector`]: raises a
+/// downstream failure first (it is the root cause), then the function's own panic or error,
+/// attributed to `operator`.
 pub(crate) fn call_with_collector<O>(
     operator: &Arc<str>,
     output: &mut dyn Output<O>,
-    records_out: &mut u64,
     f: impl FnOnce(&mut Collector<'_, O>) -> Result<(), BoxError>,
 ) -> Result<(), TaskError> {
     let mut out = Collector::new(output);
     let result = call_user(operator, || f(&mut out));
-    let (emitted, downstream) = out.finish();
-    *records_out += emitted;
-    downstream?;
+    out.finish()?;
     result?.map_err(|e| user_error(operator, e))
 }
 
@@ -258,8 +141,8 @@ pub(crate) fn call_with_collector<O>(
 pub struct VecOutput<T> {
     /// The records collected so far.
     pub records: Vec<T>,
-    /// The events received so far.
-    pub events: Vec<StreamEvent>,
+    /// The watermarks received so far.
+    pub watermarks: Vec<Watermark>,
 }
 
 impl<T: Send> Output<T> for VecOutput<T> {
@@ -267,12 +150,8 @@ impl<T: Send> Output<T> for VecOutput<T> {
         self.records.push(record);
         Ok(())
     }
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        self.events.push(*event);
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        self.watermarks.push(watermark);
         Ok(())
     }
-    fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
-    }
-    chain_end_lifecycle!();
 }

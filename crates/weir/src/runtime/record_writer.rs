@@ -1,15 +1,19 @@
 //! Sends a task's output records to the subtasks of one downstream vertex, in batches,
 //! choosing channels with the edge's partitioner.
 
+use std::any::{Any, TypeId};
 use std::sync::Arc;
 
 use crate::error::TaskError;
 use crate::record::Record;
+use crate::runtime::chain::{ChainTail, ChainedNode};
 use crate::runtime::channel::{CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
-use crate::runtime::output::Output;
-use crate::runtime::stream_element::{StreamElement, StreamEvent};
+use crate::runtime::output::OperatorMetrics;
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::{InputEnd, StreamElement, StreamEvent};
 use crate::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
+use crate::time::Watermark;
 
 /// How a writer picks the channel of each record.
 pub enum ChannelSelector<T> {
@@ -81,9 +85,10 @@ impl<T: Record> RecordWriter<T> {
     }
 }
 
-impl<T: Record> Output<T> for RecordWriter<T> {
+impl<T: Record> RecordWriter<T> {
+    /// Sends one record to the channel its partitioner picks.
     #[inline]
-    fn collect(&mut self, record: T) -> Result<(), TaskError> {
+    pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
         let n = self.channels.len();
         match &mut self.selector {
             ChannelSelector::Forward => self.push(0, record),
@@ -110,7 +115,8 @@ impl<T: Record> Output<T> for RecordWriter<T> {
         }
     }
 
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
+    /// Sends `event` on every channel, after the records buffered before it.
+    pub fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
         self.flush()?;
         for channel in &self.channels {
             channel.send(StreamElement::Event(*event), &self.cancel)?;
@@ -118,7 +124,8 @@ impl<T: Record> Output<T> for RecordWriter<T> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), TaskError> {
+    /// Sends every partly filled batch.
+    pub fn flush(&mut self) -> Result<(), TaskError> {
         for channel in 0..self.channels.len() {
             if !self.buffers[channel].is_empty() {
                 self.send_batch(channel)?;
@@ -126,8 +133,73 @@ impl<T: Record> Output<T> for RecordWriter<T> {
         }
         Ok(())
     }
+}
 
-    crate::runtime::output::chain_end_lifecycle!();
+/// A record writer ends a chain: what reaches it leaves the task.
+impl<T: Record> ChainedNode for RecordWriter<T> {
+    fn name(&self) -> &str {
+        "record writer"
+    }
+    fn input_type(&self) -> TypeId {
+        TypeId::of::<T>()
+    }
+    fn output_type(&self) -> Option<TypeId> {
+        None
+    }
+    fn set_successors(&mut self, _successors: Vec<usize>) {}
+    fn open(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn process_records(
+        &mut self,
+        batch: &mut dyn Any,
+        _rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        let batch = batch.downcast_mut::<Vec<T>>().ok_or_else(|| {
+            TaskError::Internal("a record writer received records of another type".into())
+        })?;
+        batch.drain(..).try_for_each(|record| self.collect(record))
+    }
+    fn process_watermark(
+        &mut self,
+        _watermark: Watermark,
+        _rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn end_input(&mut self, _cause: InputEnd, _rest: &mut ChainTail) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint_id: u64,
+        _rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+        _into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn notify_checkpoint(
+        &mut self,
+        _notification: CheckpointNotification,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn broadcast_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
+        self.emit_event(event)
+    }
+    fn flush(&mut self) -> Result<(), TaskError> {
+        RecordWriter::flush(self)
+    }
+    fn close(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn report_metrics(&self, _into: &mut Vec<OperatorMetrics>) {}
 }
 
 #[cfg(test)]

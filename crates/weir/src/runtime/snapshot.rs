@@ -10,8 +10,8 @@ use crate::checkpoint::metadata::{KeyedStateHandle, ListStateEntry, OperatorSubt
 use crate::checkpoint::stats::SubtaskCheckpointStats;
 use crate::error::{panic_message, TaskError};
 use crate::graph::ids::NodeId;
-use crate::runtime::output::Output;
-use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
+use crate::runtime::chain::OperatorChain;
+use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::task::{TaskControl, TaskEnvironment, TaskEvent};
 use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
 
@@ -124,12 +124,12 @@ pub fn now_millis() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Takes checkpoint `barrier` at a task whose chain starts at `head`: forwards the barrier
-/// through the chain (operators do their pre-barrier work, writers send it downstream),
-/// freezes every operator's state, and hands the write to a snapshot thread. `extra` holds
-/// state taken before the chain's (a source reader's position).
-pub fn checkpoint_chain<T>(
-    head: &mut dyn Output<T>,
+/// Takes checkpoint `barrier` at a task running `chain`: the chain's operators do their
+/// pre-barrier work, the barrier leaves on every record writer, every operator's state is
+/// frozen, and the write is handed to a snapshot thread. `extra` holds state taken before
+/// the chain's (a source reader's position).
+pub fn checkpoint_chain(
+    chain: &mut OperatorChain,
     mut extra: Vec<OperatorSnapshot>,
     barrier: CheckpointBarrier,
     env: &TaskEnvironment,
@@ -137,8 +137,7 @@ pub fn checkpoint_chain<T>(
 ) -> Result<(), TaskError> {
     let started = Instant::now();
     let start_delay = Duration::from_millis(now_millis().saturating_sub(barrier.timestamp_millis));
-    head.emit_event(&StreamEvent::Barrier(barrier))?;
-    head.snapshot_state(barrier.checkpoint_id, &mut extra)?;
+    chain.checkpoint(barrier, &mut extra)?;
     let stats = SubtaskCheckpointStats {
         task: env.task_name.clone(),
         sync_duration: started.elapsed(),

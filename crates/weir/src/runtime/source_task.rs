@@ -26,14 +26,15 @@ use crate::connectors::source::{
 };
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
+use crate::runtime::chain::OperatorChain;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
-use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics, Output};
+use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics};
 use crate::runtime::snapshot::{
     await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
     OperatorSnapshot, StopOutcome,
 };
-use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
+use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
 
@@ -71,7 +72,9 @@ pub struct SourceTask<S: Source> {
     reader: S::Reader,
     restored_splits: Option<Vec<S::Split>>,
     endpoint: ReaderEndpoint<S::Split>,
-    output: Box<dyn Output<S::Output>>,
+    chain: OperatorChain,
+    /// The reader's records, handed to the chain in batches.
+    buffer: Vec<S::Output>,
     buffer_timeout: Duration,
     records_out: u64,
     /// What the reader counts of malformed records.
@@ -142,7 +145,7 @@ impl<S: Source> SourceTask<S> {
             }],
         };
         checkpoint_chain(
-            &mut *self.output,
+            &mut self.chain,
             vec![position],
             barrier,
             env,
@@ -183,7 +186,7 @@ impl<S: Source> SourceTask<S> {
                     }
                     CheckpointNotification::Aborted(_) => {}
                 }
-                self.output.notify_checkpoint(notification)
+                self.chain.notify_checkpoint(notification)
             }
             TaskControl::Stop => Err(TaskError::Cancelled),
         }
@@ -272,7 +275,7 @@ fn coordinator_gone(env: &TaskEnvironment) -> TaskError {
 
 impl<S: Source> Invokable for SourceTask<S> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
-        self.output.open()?;
+        self.chain.open()?;
         if let Some(splits) = self.restored_splits.take() {
             let reader = &mut self.reader;
             call_user(&self.name, || reader.add_splits(splits))?
@@ -303,25 +306,24 @@ impl<S: Source> Invokable for SourceTask<S> {
             }
             let mut status = InputStatus::NothingAvailable;
             let reader = &mut self.reader;
-            call_with_collector(
-                &self.name,
-                &mut *self.output,
-                &mut self.records_out,
-                |out| {
-                    status = reader.poll_next(out)?;
-                    Ok::<(), BoxError>(())
-                },
-            )?;
+            let mut output = self
+                .chain
+                .entry_output(&mut self.buffer, &mut self.records_out);
+            call_with_collector(&self.name, &mut output, |out| {
+                status = reader.poll_next(out)?;
+                Ok::<(), BoxError>(())
+            })?;
+            output.flush()?;
             match status {
                 InputStatus::MoreAvailable => {
                     let now = Instant::now();
                     if now >= flush_deadline {
-                        self.output.flush()?;
+                        self.chain.flush()?;
                         flush_deadline = now + self.buffer_timeout;
                     }
                 }
                 InputStatus::NothingAvailable => {
-                    self.output.flush()?;
+                    self.chain.flush()?;
                     flush_deadline = Instant::now() + self.buffer_timeout;
                     self.wait_for_data(env)?;
                 }
@@ -330,23 +332,23 @@ impl<S: Source> Invokable for SourceTask<S> {
         }
         // The data ends before the final barrier, so that what operators emit when their
         // input ends is in the final checkpoint and committed with it (FLIP-147).
-        self.output.emit_event(&StreamEvent::EndOfData)?;
+        self.chain.end_data()?;
         if !env.checkpointing() {
-            return self.output.emit_event(&StreamEvent::EndOfStream);
+            return self.chain.end_stream();
         }
         // Flink's FLIP-147: the task ends only after a final checkpoint covering all its
         // output has completed, so its last transactions are committed exactly once.
         let Some(final_id) = self.await_final_trigger(env)? else {
             return Ok(());
         };
-        self.output.emit_event(&StreamEvent::EndOfStream)?;
-        let (reader, output, name) = (&mut self.reader, &mut self.output, &self.name);
+        self.chain.end_stream()?;
+        let (reader, chain, name) = (&mut self.reader, &mut self.chain, &self.name);
         await_final_checkpoint(env, final_id, |n| {
             if let CheckpointNotification::Complete(id) = n {
                 call_user(name, || reader.notify_checkpoint_complete(id))?
                     .map_err(|e| user_error(name, e))?;
             }
-            output.notify_checkpoint(n)
+            chain.notify_checkpoint(n)
         })
     }
 
@@ -359,7 +361,7 @@ impl<S: Source> Invokable for SourceTask<S> {
             records_skipped: self.malformed.skipped(),
             records_dead_lettered: self.malformed.dead_lettered(),
         });
-        self.output.report_metrics(into);
+        self.chain.report_metrics(into);
     }
 }
 
@@ -524,10 +526,9 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
     fn create_task(
         &self,
         setup: &OperatorSetup,
-        output: AnyBox,
+        chain: OperatorChain,
         endpoint: AnyBox,
     ) -> Result<Box<dyn Invokable>, BoxError> {
-        let output = downcast::<Box<dyn Output<S::Output>>>(output, "source output")?;
         let endpoint = downcast::<ReaderEndpoint<S::Split>>(endpoint, "reader endpoint")?;
         let restored_splits = match &setup.restored {
             Some(restored) => {
@@ -562,7 +563,8 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             reader,
             restored_splits,
             endpoint,
-            output,
+            chain,
+            buffer: Vec::new(),
             buffer_timeout: setup.config.buffer_timeout,
             records_out: 0,
             malformed,

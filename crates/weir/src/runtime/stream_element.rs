@@ -64,17 +64,15 @@ pub enum StreamEvent {
     EndOfStream,
 }
 
-impl StreamEvent {
-    /// Whether operators end their input at this event: at the end of the data, and at a
-    /// draining stop-with-savepoint's barrier (before their snapshot, so that what
-    /// `end_input` emits belongs to the savepoint).
-    pub fn ends_input(&self) -> bool {
-        match self {
-            StreamEvent::EndOfData => true,
-            StreamEvent::EndOfStream => false,
-            StreamEvent::Barrier(barrier) => barrier.drains(),
-        }
-    }
+/// Why an operator's input ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputEnd {
+    /// Every input channel sent its end of data (a bounded input was read to its end).
+    EndOfData,
+    /// A draining stop-with-savepoint's barrier: the operators end their input before their
+    /// snapshot, as if a bounded input had ended. Sinks do not flush as at the end of data:
+    /// what they hold is committed with the savepoint.
+    Drain,
 }
 
 /// One message of a channel.

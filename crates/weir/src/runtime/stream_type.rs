@@ -1,6 +1,6 @@
 //! Type erasure at the graph boundary. The graph layers are untyped data; each node keeps a
-//! [`StreamType`] of its output records, which can create the typed channels, writers,
-//! fan-outs and input loops that the runtime wires between nodes. Everything typed is built
+//! [`StreamType`] of its output records, which can create the typed channels, record writers
+//! and input loops that the runtime wires between nodes. Everything typed is built
 //! once at deployment, never per record.
 
 use std::any::Any;
@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use crate::graph::partitioner::PartitionerKind;
 use crate::record::Record;
+use crate::runtime::chain::{ChainedNode, OperatorChain};
 use crate::runtime::channel::{channel, CancelToken, ChannelReceiver, ChannelSender};
 use crate::runtime::input_gate::InputGate;
 use crate::runtime::key_selector::KeyGroupOf;
 use crate::runtime::one_input_task::OneInputStreamTask;
-use crate::runtime::output::{Discard, FanOut, Output};
 use crate::runtime::record_writer::{ChannelSelector, RecordWriter};
 use crate::runtime::task::Invokable;
 use crate::state::key_group::KeyGroupAssigner;
@@ -46,17 +46,17 @@ pub trait StreamType: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// A bounded channel: (`ChannelSender<T>`, `ChannelReceiver<T>`).
     fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
-    /// A `Box<dyn Output<T>>` writing to `senders`.
-    fn record_writer(&self, senders: Vec<AnyBox>, spec: WriterSpec<'_>) -> Result<AnyBox, String>;
-    /// A `Box<dyn Output<T>>` feeding every output in `outputs`.
-    fn fan_out(&self, outputs: Vec<AnyBox>) -> Result<AnyBox, String>;
-    /// A `Box<dyn Output<T>>` that drops records.
-    fn discard(&self) -> AnyBox;
-    /// The loop reading `receivers` into `head` (a `Box<dyn Output<T>>`).
+    /// A record writer to `senders`, the chain node that sends records to other tasks.
+    fn record_writer(
+        &self,
+        senders: Vec<AnyBox>,
+        spec: WriterSpec<'_>,
+    ) -> Result<Box<dyn ChainedNode>, String>;
+    /// The loop reading `receivers` into `chain`.
     fn input_task(
         &self,
         receivers: Vec<AnyBox>,
-        head: AnyBox,
+        chain: OperatorChain,
         cancel: CancelToken,
         buffer_timeout: Duration,
     ) -> Result<Box<dyn Invokable>, String>;
@@ -93,7 +93,11 @@ impl<T: Record> StreamType for TypeOf<T> {
         (Box::new(tx), Box::new(rx))
     }
 
-    fn record_writer(&self, senders: Vec<AnyBox>, spec: WriterSpec<'_>) -> Result<AnyBox, String> {
+    fn record_writer(
+        &self,
+        senders: Vec<AnyBox>,
+        spec: WriterSpec<'_>,
+    ) -> Result<Box<dyn ChainedNode>, String> {
         let senders = senders
             .into_iter()
             .map(|s| downcast::<ChannelSender<T>>(s, "channel sender"))
@@ -119,33 +123,18 @@ impl<T: Record> StreamType for TypeOf<T> {
                 }
             }
         };
-        let writer: Box<dyn Output<T>> = Box::new(RecordWriter::new(
+        Ok(Box::new(RecordWriter::new(
             senders,
             selector,
             spec.batch_size,
             spec.cancel,
-        ));
-        Ok(Box::new(writer))
-    }
-
-    fn fan_out(&self, outputs: Vec<AnyBox>) -> Result<AnyBox, String> {
-        let outputs = outputs
-            .into_iter()
-            .map(|o| downcast::<Box<dyn Output<T>>>(o, "output"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let fan_out: Box<dyn Output<T>> = Box::new(FanOut::new(outputs));
-        Ok(Box::new(fan_out))
-    }
-
-    fn discard(&self) -> AnyBox {
-        let discard: Box<dyn Output<T>> = Box::new(Discard);
-        Box::new(discard)
+        )))
     }
 
     fn input_task(
         &self,
         receivers: Vec<AnyBox>,
-        head: AnyBox,
+        chain: OperatorChain,
         cancel: CancelToken,
         buffer_timeout: Duration,
     ) -> Result<Box<dyn Invokable>, String> {
@@ -153,10 +142,9 @@ impl<T: Record> StreamType for TypeOf<T> {
             .into_iter()
             .map(|r| downcast::<ChannelReceiver<T>>(r, "channel receiver"))
             .collect::<Result<Vec<_>, _>>()?;
-        let head = downcast::<Box<dyn Output<T>>>(head, "chain head")?;
         Ok(Box::new(OneInputStreamTask::new(
             InputGate::new(receivers, cancel),
-            head,
+            chain,
             buffer_timeout,
         )))
     }

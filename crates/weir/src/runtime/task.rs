@@ -97,6 +97,30 @@ pub struct OperatorSetup {
     pub restored_from: Option<u64>,
 }
 
+#[cfg(test)]
+impl OperatorSetup {
+    /// The setup of subtask 0 of 1 of operator `name`, for unit tests of operators and
+    /// chains; the cancellation handle is leaked, so the job never counts as cancelled.
+    pub(crate) fn for_test(node: u32, name: &str) -> Self {
+        let (handle, cancel) = crate::runtime::channel::cancel_pair();
+        std::mem::forget(handle);
+        Self {
+            node: NodeId(node),
+            name: name.into(),
+            uid: name.into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: KeyGroupRange { start: 0, end: 127 },
+            config: ExecutionConfig::default(),
+            cancel,
+            restored: None,
+            fencing: crate::checkpoint::fencing::FencingToken::unfenced("test"),
+            restored_from: None,
+        }
+    }
+}
+
 /// A task's (or source coordinator's) report to the job manager.
 #[derive(Debug)]
 pub enum TaskEvent {

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use crate::api::functions::{KeyedContext, KeyedEndContext, KeyedProcessFunction};
 use crate::error::TaskError;
 use crate::record::{Key, Record};
+use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
+    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OneInputStreamOperator,
+    OperatorCore, StreamOperator,
 };
-use crate::runtime::output::{
-    call_user, call_with_collector, in_operator, OperatorMetrics, Output,
-};
+use crate::runtime::output::{call_user, call_with_collector, in_operator};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::StreamEvent;
+use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::operator_state::OperatorStateBackend;
@@ -27,7 +27,7 @@ pub struct KeyedProcessOperator<K, I, O, P> {
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
     function: P,
-    output: Box<dyn Output<O>>,
+    _output: std::marker::PhantomData<fn() -> O>,
 }
 
 impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
@@ -36,7 +36,6 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
         setup: &OperatorSetup,
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         function: P,
-        output: Box<dyn Output<O>>,
     ) -> Result<Self, TaskError> {
         Ok(Self {
             core: OperatorCore::new(setup),
@@ -45,12 +44,12 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
             operator_state: OperatorCore::operator_state(setup),
             end_of_input: EndOfInput::default(),
             function,
-            output,
+            _output: std::marker::PhantomData,
         })
     }
 }
 
-impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
+impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> StreamOperator
     for KeyedProcessOperator<K, I, O, P>
 {
     fn open(&mut self) -> Result<(), TaskError> {
@@ -59,60 +58,7 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
         state_hook(core, &mut self.operator_state, None, |ctx| {
             function.initialize_state(ctx)
         })?;
-        call_hook(&core.name, || function.open(&core.runtime))?;
-        self.output.open()
-    }
-
-    fn collect(&mut self, record: I) -> Result<(), TaskError> {
-        self.core.records_in += 1;
-        let selector = &self.key_selector;
-        let key = call_user(&self.core.name, || selector.key(&record))?;
-        let slot = self
-            .backend
-            .resolve_key(&key)
-            .map_err(|e| in_operator(&self.core.name, e.into()))?;
-        let (function, core, backend) = (&mut self.function, &mut self.core, &mut self.backend);
-        call_with_collector(
-            &core.name,
-            &mut *self.output,
-            &mut core.records_out,
-            |out| {
-                let mut ctx = KeyedContext {
-                    key: &key,
-                    slot,
-                    backend,
-                    runtime: &core.runtime,
-                };
-                function.process_element(record, &mut ctx, out)
-            },
-        )
-    }
-
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        if event.ends_input()
-            && self
-                .end_of_input
-                .ends_now(&self.core, &mut self.operator_state)?
-        {
-            let (function, core, backend) = (&mut self.function, &mut self.core, &mut self.backend);
-            call_with_collector(
-                &core.name,
-                &mut *self.output,
-                &mut core.records_out,
-                |out| {
-                    let mut ctx = KeyedEndContext {
-                        backend,
-                        runtime: &core.runtime,
-                    };
-                    function.end_input(&mut ctx, out)
-                },
-            )?;
-        }
-        self.output.emit_event(event)
-    }
-
-    fn flush(&mut self) -> Result<(), TaskError> {
-        self.output.flush()
+        call_hook(&core.name, || function.open(&core.runtime))
     }
 
     fn snapshot_state(
@@ -128,8 +74,7 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
             Some(self.backend.snapshot()),
             into,
             |ctx| function.snapshot_state(ctx),
-        )?;
-        self.output.snapshot_state(checkpoint_id, into)
+        )
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
@@ -139,12 +84,54 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> Output<I>
             &mut self.function,
             |f, id| f.notify_checkpoint_complete(id),
             |f, id| f.notify_checkpoint_aborted(id),
-        )?;
-        self.output.notify_checkpoint(notification)
+        )
+    }
+}
+
+impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStreamOperator<I, O>
+    for KeyedProcessOperator<K, I, O, P>
+{
+    fn process_element(
+        &mut self,
+        record: I,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let selector = &self.key_selector;
+        let key = call_user(&self.core.name, || selector.key(&record))?;
+        let slot = self
+            .backend
+            .resolve_key(&key)
+            .map_err(|e| in_operator(&self.core.name, e.into()))?;
+        let (function, core, backend) = (&mut self.function, &self.core, &mut self.backend);
+        call_with_collector(&core.name, out, |out| {
+            let mut ctx = KeyedContext {
+                key: &key,
+                slot,
+                backend,
+                runtime: &core.runtime,
+            };
+            function.process_element(record, &mut ctx, out)
+        })
     }
 
-    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
-        into.push(self.core.metrics());
-        self.output.report_metrics(into);
+    fn end_input(
+        &mut self,
+        _cause: InputEnd,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        if self
+            .end_of_input
+            .ends_now(&self.core, &mut self.operator_state)?
+        {
+            let (function, core, backend) = (&mut self.function, &self.core, &mut self.backend);
+            call_with_collector(&core.name, out, |out| {
+                let mut ctx = KeyedEndContext {
+                    backend,
+                    runtime: &core.runtime,
+                };
+                function.end_input(&mut ctx, out)
+            })?;
+        }
+        Ok(())
     }
 }

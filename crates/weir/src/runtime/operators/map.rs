@@ -4,38 +4,42 @@ use std::marker::PhantomData;
 
 use crate::error::TaskError;
 use crate::record::Record;
-use crate::runtime::operators::{pass_events_through, OperatorCore};
-use crate::runtime::output::{call_user, Output};
+use crate::runtime::chain::ChainOutput;
+use crate::runtime::operators::{OneInputStreamOperator, OperatorCore, StreamOperator};
+use crate::runtime::output::call_user;
 use crate::runtime::task::OperatorSetup;
 
 /// Applies a function to each record.
 pub struct MapOperator<I, O, F> {
     core: OperatorCore,
     f: F,
-    output: Box<dyn Output<O>>,
-    _input: PhantomData<fn(I)>,
+    _types: PhantomData<fn(I) -> O>,
 }
 
 impl<I, O, F> MapOperator<I, O, F> {
-    /// A map with `f`, emitting into `output`.
-    pub fn new(setup: &OperatorSetup, f: F, output: Box<dyn Output<O>>) -> Self {
+    /// A map with `f`.
+    pub fn new(setup: &OperatorSetup, f: F) -> Self {
         Self {
             core: OperatorCore::new(setup),
             f,
-            output,
-            _input: PhantomData,
+            _types: PhantomData,
         }
     }
 }
 
-impl<I: Record, O: Record, F: FnMut(I) -> O + Send> Output<I> for MapOperator<I, O, F> {
+impl<I, O, F: Send> StreamOperator for MapOperator<I, O, F> {}
+
+impl<I: Record, O: Record, F: FnMut(I) -> O + Send> OneInputStreamOperator<I, O>
+    for MapOperator<I, O, F>
+{
     #[inline]
-    fn collect(&mut self, record: I) -> Result<(), TaskError> {
-        self.core.records_in += 1;
+    fn process_element(
+        &mut self,
+        record: I,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
         let f = &mut self.f;
         let result = call_user(&self.core.name, || f(record))?;
-        self.core.records_out += 1;
-        self.output.collect(result)
+        out.collect(result)
     }
-    pass_events_through!();
 }

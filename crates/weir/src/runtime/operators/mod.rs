@@ -1,5 +1,6 @@
-//! Stream operators, one per file. Each is the [`Output`](crate::runtime::output::Output) of
-//! its predecessor: records are pushed in by `collect`, results pushed on to its own output.
+//! Stream operators, one per file, and the hooks they implement ([`StreamOperator`],
+//! [`OneInputStreamOperator`]). The chain node around each operator does the plumbing they
+//! share: batches, the output over the successors, record counts.
 
 pub mod filter;
 pub mod flat_map;
@@ -15,15 +16,18 @@ use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::checkpoint::config::CheckpointingMode;
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
-use crate::record::Key;
-use crate::runtime::output::{call_user, in_operator, user_error, OperatorMetrics};
+use crate::record::{Key, Record};
+use crate::runtime::chain::ChainOutput;
+use crate::runtime::output::{call_user, in_operator, user_error};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::keyed_state_snapshot::KeyedStateSnapshot;
 use crate::state::operator_state::OperatorStateBackend;
+use crate::time::Watermark;
 
-/// Identity and record counts shared by every operator.
+/// The identity shared by every operator.
 #[derive(Debug, Clone)]
 pub struct OperatorCore {
     /// The operator.
@@ -32,10 +36,6 @@ pub struct OperatorCore {
     pub name: Arc<str>,
     /// Zero-based subtask index.
     pub subtask: u32,
-    /// Records received.
-    pub records_in: u64,
-    /// Records emitted.
-    pub records_out: u64,
     /// What user functions see of the subtask.
     pub runtime: RuntimeContext,
 }
@@ -47,8 +47,6 @@ impl OperatorCore {
             node: setup.node,
             name: setup.name.clone(),
             subtask: setup.subtask,
-            records_in: 0,
-            records_out: 0,
             runtime: RuntimeContext::of(setup),
         }
     }
@@ -71,56 +69,75 @@ impl OperatorCore {
         }
         Ok(backend)
     }
+}
 
-    /// The counts as metrics.
-    pub fn metrics(&self) -> OperatorMetrics {
-        OperatorMetrics {
-            node: self.node,
-            subtask: self.subtask,
-            records_in: self.records_in,
-            records_out: self.records_out,
-            records_skipped: 0,
-            records_dead_lettered: 0,
-        }
+/// The hooks every operator has, driven by the task over its
+/// [`OperatorChain`](crate::runtime::chain::OperatorChain) (Flink's `StreamOperator`).
+pub trait StreamOperator: Send {
+    /// Called once on the task thread before the first record, after the operators behind
+    /// it in the chain are open: restore state and open user functions here.
+    fn open(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// The synchronous part of checkpoint `checkpoint_id`: appends the operator's frozen
+    /// state.
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+        _into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// A checkpoint completed or was aborted.
+    fn notify_checkpoint(
+        &mut self,
+        _notification: CheckpointNotification,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// The stream has ended (after the end of input and the final checkpoint, if any):
+    /// releases resources.
+    fn close(&mut self) -> Result<(), TaskError> {
+        Ok(())
     }
 }
 
-/// Implements the lifecycle, event, flush and metrics methods of `Output` for a stateless
-/// operator with fields `core: OperatorCore` and `output: Box<dyn Output<_>>`.
-macro_rules! pass_events_through {
-    () => {
-        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
-            self.output.open()
-        }
-        fn snapshot_state(
-            &mut self,
-            checkpoint_id: u64,
-            into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
-        ) -> Result<(), $crate::error::TaskError> {
-            self.output.snapshot_state(checkpoint_id, into)
-        }
-        fn notify_checkpoint(
-            &mut self,
-            notification: $crate::runtime::snapshot::CheckpointNotification,
-        ) -> Result<(), $crate::error::TaskError> {
-            self.output.notify_checkpoint(notification)
-        }
-        fn emit_event(
-            &mut self,
-            event: &$crate::runtime::stream_element::StreamEvent,
-        ) -> Result<(), $crate::error::TaskError> {
-            self.output.emit_event(event)
-        }
-        fn flush(&mut self) -> Result<(), $crate::error::TaskError> {
-            self.output.flush()
-        }
-        fn report_metrics(&self, into: &mut Vec<$crate::runtime::output::OperatorMetrics>) {
-            into.push(self.core.metrics());
-            self.output.report_metrics(into);
-        }
-    };
+/// An operator with one input of records `I`, emitting records `O` (Flink's
+/// `OneInputStreamOperator`). What it emits goes to a [`ChainOutput`] of records and
+/// watermarks; the chain node around it does the batching and counting.
+pub trait OneInputStreamOperator<I, O>: StreamOperator {
+    /// Processes one record.
+    fn process_element(&mut self, record: I, out: &mut ChainOutput<'_, O>)
+        -> Result<(), TaskError>;
+    /// Processes a watermark: by default passes it on.
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError>
+    where
+        O: Record,
+    {
+        out.emit_watermark(watermark)
+    }
+    /// The input has ended: emit what is still held (Flink's `BoundedOneInput::endInput`).
+    fn end_input(
+        &mut self,
+        _cause: InputEnd,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Work before a checkpoint's barrier leaves the task; what is emitted here belongs to
+    /// the checkpoint.
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint_id: u64,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
-pub(crate) use pass_events_through;
 
 /// Operator list state that marks the subtasks of an operator whose input has ended: a job
 /// restored from a checkpoint taken after that point (between the end of data and the final

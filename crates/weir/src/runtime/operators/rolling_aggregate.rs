@@ -7,11 +7,11 @@ use std::sync::Arc;
 use crate::api::functions::AggregateFunction;
 use crate::error::TaskError;
 use crate::record::{Key, Record};
+use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::OperatorCore;
-use crate::runtime::output::{call_user, in_operator, OperatorMetrics, Output};
-use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::StreamEvent;
+use crate::runtime::operators::{OneInputStreamOperator, OperatorCore, StreamOperator};
+use crate::runtime::output::{call_user, in_operator};
+use crate::runtime::snapshot::OperatorSnapshot;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 
@@ -37,7 +37,6 @@ pub(crate) struct RollingAggregateOperator<K, I, A: RollingAggregator<K, I>> {
     backend: HeapKeyedStateBackend<K>,
     state: usize,
     aggregator: A,
-    output: Box<dyn Output<A::Output>>,
 }
 
 impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
@@ -46,7 +45,6 @@ impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
         setup: &OperatorSetup,
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         aggregator: A,
-        output: Box<dyn Output<A::Output>>,
     ) -> Result<Self, TaskError> {
         let mut backend: HeapKeyedStateBackend<K> = OperatorCore::keyed_backend(setup)?;
         let state = backend.register::<A::State>(AGGREGATE_STATE_NAME)?;
@@ -56,12 +54,28 @@ impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
             backend,
             state,
             aggregator,
-            output,
         })
     }
 }
 
-impl<K, I, A> Output<I> for RollingAggregateOperator<K, I, A>
+impl<K: Key, I: Record, A: RollingAggregator<K, I>> StreamOperator
+    for RollingAggregateOperator<K, I, A>
+{
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        into.push(OperatorSnapshot {
+            node: self.core.node,
+            keyed: Some(self.backend.snapshot()),
+            lists: Vec::new(),
+        });
+        Ok(())
+    }
+}
+
+impl<K, I, A> OneInputStreamOperator<I, A::Output> for RollingAggregateOperator<K, I, A>
 where
     K: Key,
     I: Record,
@@ -69,8 +83,11 @@ where
     A::Output: Record,
 {
     #[inline]
-    fn collect(&mut self, record: I) -> Result<(), TaskError> {
-        self.core.records_in += 1;
+    fn process_element(
+        &mut self,
+        record: I,
+        out: &mut ChainOutput<'_, A::Output>,
+    ) -> Result<(), TaskError> {
         let name = &self.core.name;
         let selector = &self.key_selector;
         let key = call_user(name, || selector.key(&record))?;
@@ -91,37 +108,7 @@ where
                 result
             }
         };
-        self.core.records_out += 1;
-        self.output.collect(result)
-    }
-
-    fn open(&mut self) -> Result<(), TaskError> {
-        self.output.open()
-    }
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        self.output.emit_event(event)
-    }
-    fn flush(&mut self) -> Result<(), TaskError> {
-        self.output.flush()
-    }
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        into.push(OperatorSnapshot {
-            node: self.core.node,
-            keyed: Some(self.backend.snapshot()),
-            lists: Vec::new(),
-        });
-        self.output.snapshot_state(checkpoint_id, into)
-    }
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        self.output.notify_checkpoint(notification)
-    }
-    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
-        into.push(self.core.metrics());
-        self.output.report_metrics(into);
+        out.collect(result)
     }
 }
 

@@ -5,17 +5,19 @@ use std::marker::PhantomData;
 use crate::connectors::sink::SinkWriter;
 use crate::error::TaskError;
 use crate::record::Record;
+use crate::runtime::chain::ChainOutput;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, OperatorCore,
+    call_hook, notify_hook, snapshot_operator, state_hook, OneInputStreamOperator, OperatorCore,
+    StreamOperator,
 };
-use crate::runtime::output::{call_user, user_error, OperatorMetrics, Output};
+use crate::runtime::output::{call_user, user_error};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::StreamEvent;
+use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::operator_state::OperatorStateBackend;
 
-/// Writes records to a sink writer; flushes it at each barrier (before the snapshot) and at
-/// the end of input, and passes it the checkpoint hooks.
+/// Writes records to a sink writer; flushes it before each barrier and at the end of data,
+/// and passes it the checkpoint hooks.
 pub struct SinkWriterOperator<T, W> {
     core: OperatorCore,
     writer: W,
@@ -42,36 +44,12 @@ impl<T: Record, W: SinkWriter<T>> SinkWriterOperator<T, W> {
     }
 }
 
-impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
+impl<T: Record, W: SinkWriter<T>> StreamOperator for SinkWriterOperator<T, W> {
     fn open(&mut self) -> Result<(), TaskError> {
         let writer = &mut self.writer;
         state_hook(&self.core, &mut self.operator_state, None, |ctx| {
             writer.initialize_state(ctx)
         })
-    }
-
-    #[inline]
-    fn collect(&mut self, record: T) -> Result<(), TaskError> {
-        self.core.records_in += 1;
-        let writer = &mut self.writer;
-        call_user(&self.core.name, || writer.write(record))?
-            .map_err(|e| user_error(&self.core.name, e))
-    }
-
-    fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
-        match event {
-            // The input ended; with checkpoints, the final checkpoint's barrier follows.
-            StreamEvent::EndOfData => self.flush_writer(true),
-            StreamEvent::Barrier(_) => self.flush_writer(false),
-            StreamEvent::EndOfStream => {
-                let writer = &mut self.writer;
-                call_hook(&self.core.name, || writer.close())
-            }
-        }
-    }
-
-    fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
     }
 
     fn snapshot_state(
@@ -87,8 +65,7 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
             None,
             into,
             |ctx| writer.snapshot_state(ctx),
-        )?;
-        Ok(())
+        )
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
@@ -101,7 +78,42 @@ impl<T: Record, W: SinkWriter<T>> Output<T> for SinkWriterOperator<T, W> {
         )
     }
 
-    fn report_metrics(&self, into: &mut Vec<OperatorMetrics>) {
-        into.push(self.core.metrics());
+    fn close(&mut self) -> Result<(), TaskError> {
+        let writer = &mut self.writer;
+        call_hook(&self.core.name, || writer.close())
+    }
+}
+
+impl<T: Record, W: SinkWriter<T>> OneInputStreamOperator<T, ()> for SinkWriterOperator<T, W> {
+    #[inline]
+    fn process_element(
+        &mut self,
+        record: T,
+        _out: &mut ChainOutput<'_, ()>,
+    ) -> Result<(), TaskError> {
+        let writer = &mut self.writer;
+        call_user(&self.core.name, || writer.write(record))?
+            .map_err(|e| user_error(&self.core.name, e))
+    }
+
+    fn end_input(
+        &mut self,
+        cause: InputEnd,
+        _out: &mut ChainOutput<'_, ()>,
+    ) -> Result<(), TaskError> {
+        match cause {
+            // With checkpoints, the final checkpoint's barrier follows.
+            InputEnd::EndOfData => self.flush_writer(true),
+            // What the writer holds is committed with the savepoint, flushed at its barrier.
+            InputEnd::Drain => Ok(()),
+        }
+    }
+
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint_id: u64,
+        _out: &mut ChainOutput<'_, ()>,
+    ) -> Result<(), TaskError> {
+        self.flush_writer(false)
     }
 }

@@ -1,0 +1,114 @@
+//! The output of a node inside a chain: it gathers records into a batch and hands the batch
+//! to the node's successors, by direct call, when it is full, before a watermark, and when
+//! the node's call returns — so between two calls of the task no record waits in a chain.
+
+use std::any::Any;
+
+use super::{ChainTail, ChainedNode};
+use crate::error::TaskError;
+use crate::record::Record;
+use crate::runtime::output::Output;
+use crate::time::Watermark;
+
+/// Where a chained operator writes: its successors in the chain (operators or record
+/// writers), or nothing when it ends the chain.
+pub struct ChainOutput<'a, T> {
+    buffer: &'a mut Vec<T>,
+    successors: &'a [usize],
+    rest: &'a mut ChainTail,
+    records_out: &'a mut u64,
+    batch_size: usize,
+}
+
+/// The node at `offset` in `rest`, and the part of the list after it.
+type NodeAndTail<'r> = (&'r mut Box<dyn ChainedNode>, &'r mut ChainTail);
+
+fn successor(rest: &mut ChainTail, offset: usize) -> Result<NodeAndTail<'_>, TaskError> {
+    rest.get_mut(offset..)
+        .and_then(|tail| tail.split_first_mut())
+        .ok_or_else(|| TaskError::Internal("chained successor out of range".into()))
+}
+
+/// Hands `batch` to the nodes at `successors` in `rest` (drained; copies for all but the
+/// last).
+pub(crate) fn forward_batch<T: Record>(
+    successors: &[usize],
+    rest: &mut ChainTail,
+    batch: &mut Vec<T>,
+) -> Result<(), TaskError> {
+    match successors.split_last() {
+        None => batch.clear(),
+        Some((&last, others)) => {
+            for &offset in others {
+                let mut copy = batch.clone();
+                let (node, after) = successor(rest, offset)?;
+                node.process_records(&mut copy as &mut dyn Any, after)?;
+            }
+            let (node, after) = successor(rest, last)?;
+            node.process_records(batch as &mut dyn Any, after)?;
+            // A successor that failed half-way leaves records behind; the task fails anyway.
+            batch.clear();
+        }
+    }
+    Ok(())
+}
+
+impl<'a, T: Record> ChainOutput<'a, T> {
+    /// An output gathering up to `batch_size` records into `buffer` for the nodes at
+    /// `successors` (offsets into `rest`), counting what it emits in `records_out`.
+    pub fn new(
+        buffer: &'a mut Vec<T>,
+        successors: &'a [usize],
+        rest: &'a mut ChainTail,
+        records_out: &'a mut u64,
+        batch_size: usize,
+    ) -> Self {
+        Self {
+            buffer,
+            successors,
+            rest,
+            records_out,
+            batch_size,
+        }
+    }
+
+    /// Emits one record.
+    #[inline]
+    pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
+        self.buffer.push(record);
+        if self.buffer.len() >= self.batch_size {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the gathered records to the successors.
+    pub fn flush(&mut self) -> Result<(), TaskError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        *self.records_out += self.buffer.len() as u64;
+        forward_batch(self.successors, self.rest, self.buffer)
+    }
+
+    /// Emits a watermark after the records gathered so far.
+    pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        self.flush()?;
+        for &offset in self.successors {
+            let (node, after) = successor(self.rest, offset)?;
+            node.process_watermark(watermark, after)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Record> Output<T> for ChainOutput<'_, T> {
+    #[inline]
+    fn collect(&mut self, record: T) -> Result<(), TaskError> {
+        ChainOutput::collect(self, record)
+    }
+
+    fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        ChainOutput::emit_watermark(self, watermark)
+    }
+}

@@ -1,0 +1,5 @@
+//! Event time: timestamps and watermarks.
+
+pub mod watermark;
+
+pub use watermark::Watermark;

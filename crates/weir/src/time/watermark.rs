@@ -1,0 +1,38 @@
+//! Watermarks: an operator's promise that no record with an earlier event time follows.
+
+use serde::{Deserialize, Serialize};
+
+/// A watermark at `timestamp` (milliseconds of event time): every record that follows has a
+/// timestamp above it, and event-time windows and timers up to it may fire (Flink's
+/// `Watermark`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Watermark {
+    /// Event time in milliseconds, inclusive: records at or below it are late.
+    pub timestamp: i64,
+}
+
+impl Watermark {
+    /// The watermark at the end of a bounded input: every window fires.
+    pub const MAX: Watermark = Watermark {
+        timestamp: i64::MAX,
+    };
+    /// The watermark before any has been emitted.
+    pub const MIN: Watermark = Watermark {
+        timestamp: i64::MIN,
+    };
+
+    /// A watermark at `timestamp`.
+    pub const fn new(timestamp: i64) -> Self {
+        Self { timestamp }
+    }
+}
+
+impl std::fmt::Display for Watermark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.timestamp {
+            i64::MAX => f.write_str("end of time"),
+            i64::MIN => f.write_str("none"),
+            t => write!(f, "{t}"),
+        }
+    }
+}
