@@ -170,18 +170,20 @@ mod tests {
         let (tx0, rx0) = channel::<u32>(4);
         let (tx1, rx1) = channel::<u32>(4);
         let mut gate = InputGate::new(vec![rx0, rx1], cancel.clone());
-        tx0.send(StreamElement::Records(vec![1]), &cancel).unwrap();
-        tx1.send(StreamElement::Records(vec![2]), &cancel).unwrap();
+        tx0.send(StreamElement::Records(vec![1].into()), &cancel)
+            .unwrap();
+        tx1.send(StreamElement::Records(vec![2].into()), &cancel)
+            .unwrap();
         gate.set_blocked(0, true);
         assert_eq!(
             gate.poll().unwrap(),
-            Some((1, StreamElement::Records(vec![2])))
+            Some((1, StreamElement::Records(vec![2].into())))
         );
         assert_eq!(gate.poll().unwrap(), None);
         gate.unblock_all();
         assert_eq!(
             gate.poll().unwrap(),
-            Some((0, StreamElement::Records(vec![1])))
+            Some((0, StreamElement::Records(vec![1].into())))
         );
     }
 

@@ -10,6 +10,7 @@ use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::graph::ids::NodeId;
 use crate::runtime::output::OperatorMetrics;
+use crate::time::Watermark;
 
 /// How a job ended without failing.
 ///
@@ -51,6 +52,9 @@ pub struct OperatorSummary {
     pub records_skipped: u64,
     /// Malformed records passed on as dead letters (sources; also in `records_out`).
     pub records_dead_lettered: u64,
+    /// The operator's event time at the end: the lowest watermark over its subtasks (`None`
+    /// while a subtask has received none).
+    pub watermark: Option<Watermark>,
 }
 
 /// The outcome of a job that ended without failing.
@@ -112,18 +116,20 @@ impl fmt::Display for JobExecutionResult {
         )?;
         writeln!(
             f,
-            "  {:<5} {:<32} {:>4} {:>14} {:>14}",
-            "id", "operator", "par", "records in", "records out"
+            "  {:<5} {:<32} {:>4} {:>14} {:>14} {:>20}",
+            "id", "operator", "par", "records in", "records out", "watermark"
         )?;
         for o in &self.operators {
             writeln!(
                 f,
-                "  {:<5} {:<32} {:>4} {:>14} {:>14}",
+                "  {:<5} {:<32} {:>4} {:>14} {:>14} {:>20}",
                 o.node.to_string(),
                 o.name,
                 o.parallelism,
                 o.records_in,
-                o.records_out
+                o.records_out,
+                o.watermark
+                    .map_or_else(|| "-".to_string(), |w| w.to_string())
             )?;
         }
         for o in &self.operators {

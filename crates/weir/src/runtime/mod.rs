@@ -1,6 +1,7 @@
 //! The runtime: channels, record writers, input gates, operators, tasks, and the local
 //! mini-cluster that runs them.
 
+pub mod batch;
 pub mod chain;
 pub mod channel;
 pub mod deployment;
@@ -20,3 +21,4 @@ pub mod source_task;
 pub mod stream_element;
 pub mod stream_type;
 pub mod task;
+pub mod watermark_valve;

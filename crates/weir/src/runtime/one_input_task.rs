@@ -15,6 +15,8 @@ use crate::runtime::snapshot::{
 };
 use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
+use crate::runtime::watermark_valve::{StatusWatermarkValve, ValveOutput};
+use crate::time::Watermark;
 
 /// Reads the input gate and pushes records through the operator chain, driving its lifecycle.
 ///
@@ -37,6 +39,8 @@ pub struct OneInputStreamTask<T> {
     data_ended: Vec<bool>,
     /// Whether the chain has ended its input (every channel's data ended).
     input_ended: bool,
+    /// The task's watermark: the minimum over its active channels.
+    valve: StatusWatermarkValve,
 }
 
 impl<T: Record> OneInputStreamTask<T> {
@@ -51,6 +55,7 @@ impl<T: Record> OneInputStreamTask<T> {
             final_checkpoint: None,
             completed_up_to: 0,
             stop_at: None,
+            valve: StatusWatermarkValve::new(data_ended.len()),
             data_ended,
             input_ended: false,
         }
@@ -120,12 +125,34 @@ impl<T: Record> OneInputStreamTask<T> {
         }
     }
 
+    /// Passes what the watermark valve let through to the chain.
+    fn apply_valve(
+        &mut self,
+        outputs: impl IntoIterator<Item = ValveOutput>,
+    ) -> Result<(), TaskError> {
+        for output in outputs {
+            match output {
+                ValveOutput::Watermark(watermark) => self.chain.process_watermark(watermark)?,
+                ValveOutput::Status(status) => self.chain.emit_watermark_status(status)?,
+            }
+        }
+        Ok(())
+    }
+
     /// The chain ends its input once: when every channel's data has ended (before the final
     /// barrier, which is in those channels after their end of data), or at the latest when
-    /// every channel has closed.
+    /// every channel has closed. Event time ends first (the maximum watermark), so that every
+    /// window and timer fires into the final checkpoint.
     fn end_data(&mut self) -> Result<(), TaskError> {
         if !self.input_ended {
             self.input_ended = true;
+            for channel in 0..self.gate.num_channels() {
+                let released = self.valve.channel_finished(channel);
+                self.apply_valve(released)?;
+            }
+            if self.gate.num_channels() == 0 {
+                self.chain.process_watermark(Watermark::MAX)?;
+            }
             self.chain.end_data()?;
         }
         Ok(())
@@ -192,8 +219,20 @@ impl<T: Record> OneInputStreamTask<T> {
                 self.end_data_if_all_ended()?;
                 Ok(false)
             }
+            StreamEvent::Watermark(watermark) => {
+                let advanced = self.valve.input_watermark(channel, watermark);
+                self.apply_valve(advanced)?;
+                Ok(false)
+            }
+            StreamEvent::WatermarkStatus(status) => {
+                let changes = self.valve.input_status(channel, status);
+                self.apply_valve(changes)?;
+                Ok(false)
+            }
             StreamEvent::EndOfStream => {
                 self.gate.mark_finished(channel);
+                let released = self.valve.channel_finished(channel);
+                self.apply_valve(released)?;
                 // A channel that closed without its end of data ended its data too.
                 self.end_data_if_all_ended()?;
                 let actions = handler.on_channel_finished(&self.gate.open_flags());

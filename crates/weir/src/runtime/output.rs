@@ -25,14 +25,18 @@ pub struct OperatorMetrics {
     pub records_skipped: u64,
     /// Malformed records a source passed on as dead letters (also counted in `records_out`).
     pub records_dead_lettered: u64,
+    /// The last watermark the operator received (a source: emitted), if any.
+    pub watermark: Option<Watermark>,
 }
 
 /// Where an operator writes: records, and watermarks in order with them. The lifecycle
 /// (open, checkpoints, end of input) is driven by the task over the
 /// [`OperatorChain`](crate::runtime::chain::OperatorChain), not passed along here.
 pub trait Output<T>: Send {
-    /// Emits one record.
+    /// Emits one record, with the timestamp of the record being processed (if any).
     fn collect(&mut self, record: T) -> Result<(), TaskError>;
+    /// Emits one record with event timestamp `timestamp` (milliseconds).
+    fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError>;
     /// Emits a watermark, after every record emitted before it.
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError>;
 }
@@ -75,6 +79,17 @@ impl<'a, T> Collector<'a, T> {
     pub fn collect(&mut self, record: T) {
         if self.error.is_none() {
             if let Err(e) = self.output.collect(record) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    /// Emits one record with event timestamp `timestamp` (milliseconds), for sources and
+    /// functions that set event time themselves.
+    #[inline]
+    pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) {
+        if self.error.is_none() {
+            if let Err(e) = self.output.collect_with_timestamp(record, timestamp) {
                 self.error = Some(e);
             }
         }
@@ -141,12 +156,19 @@ pub(crate) fn call_with_collector<O>(
 pub struct VecOutput<T> {
     /// The records collected so far.
     pub records: Vec<T>,
+    /// The timestamps of the records collected with one, by index in `records`.
+    pub timestamps: Vec<(usize, i64)>,
     /// The watermarks received so far.
     pub watermarks: Vec<Watermark>,
 }
 
 impl<T: Send> Output<T> for VecOutput<T> {
     fn collect(&mut self, record: T) -> Result<(), TaskError> {
+        self.records.push(record);
+        Ok(())
+    }
+    fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
+        self.timestamps.push((self.records.len(), timestamp));
         self.records.push(record);
         Ok(())
     }

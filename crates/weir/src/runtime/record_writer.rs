@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::error::TaskError;
 use crate::record::Record;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::{ChainTail, ChainedNode};
 use crate::runtime::channel::{CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
@@ -39,7 +40,7 @@ pub enum ChannelSelector<T> {
 /// event (so events stay behind the records emitted before them).
 pub struct RecordWriter<T> {
     channels: Vec<ChannelSender<T>>,
-    buffers: Vec<Vec<T>>,
+    buffers: Vec<RecordBatch<T>>,
     selector: ChannelSelector<T>,
     batch_size: usize,
     cancel: CancelToken,
@@ -55,7 +56,7 @@ impl<T: Record> RecordWriter<T> {
     ) -> Self {
         let buffers = channels
             .iter()
-            .map(|_| Vec::with_capacity(batch_size))
+            .map(|_| RecordBatch::with_capacity(batch_size))
             .collect();
         Self {
             channels,
@@ -67,9 +68,9 @@ impl<T: Record> RecordWriter<T> {
     }
 
     #[inline]
-    fn push(&mut self, channel: usize, record: T) -> Result<(), TaskError> {
+    fn push(&mut self, channel: usize, record: T, timestamp: Option<i64>) -> Result<(), TaskError> {
         let buffer = &mut self.buffers[channel];
-        buffer.push(record);
+        buffer.push(record, timestamp);
         if buffer.len() >= self.batch_size {
             self.send_batch(channel)?;
         }
@@ -79,29 +80,29 @@ impl<T: Record> RecordWriter<T> {
     fn send_batch(&mut self, channel: usize) -> Result<(), TaskError> {
         let batch = std::mem::replace(
             &mut self.buffers[channel],
-            Vec::with_capacity(self.batch_size),
+            RecordBatch::with_capacity(self.batch_size),
         );
         self.channels[channel].send(StreamElement::Records(batch), &self.cancel)
     }
 }
 
 impl<T: Record> RecordWriter<T> {
-    /// Sends one record to the channel its partitioner picks.
+    /// Sends one record (with its timestamp, if any) to the channel its partitioner picks.
     #[inline]
-    pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
+    pub fn collect(&mut self, record: T, timestamp: Option<i64>) -> Result<(), TaskError> {
         let n = self.channels.len();
         match &mut self.selector {
-            ChannelSelector::Forward => self.push(0, record),
+            ChannelSelector::Forward => self.push(0, record, timestamp),
             ChannelSelector::RoundRobin { next } => {
                 let channel = *next;
                 *next = if channel + 1 == n { 0 } else { channel + 1 };
-                self.push(channel, record)
+                self.push(channel, record, timestamp)
             }
             ChannelSelector::Broadcast => {
                 for channel in 0..n - 1 {
-                    self.push(channel, record.clone())?;
+                    self.push(channel, record.clone(), timestamp)?;
                 }
-                self.push(n - 1, record)
+                self.push(n - 1, record, timestamp)
             }
             ChannelSelector::Hash {
                 key_group_of,
@@ -110,7 +111,7 @@ impl<T: Record> RecordWriter<T> {
                 let group = key_group_of.key_group(&record, assigner)?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group);
-                self.push(channel as usize, record)
+                self.push(channel as usize, record, timestamp)
             }
         }
     }
@@ -155,17 +156,17 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
         batch: &mut dyn Any,
         _rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
-        let batch = batch.downcast_mut::<Vec<T>>().ok_or_else(|| {
+        let batch = batch.downcast_mut::<RecordBatch<T>>().ok_or_else(|| {
             TaskError::Internal("a record writer received records of another type".into())
         })?;
-        batch.drain(..).try_for_each(|record| self.collect(record))
+        batch.drain_each(|record, timestamp| self.collect(record, timestamp))
     }
     fn process_watermark(
         &mut self,
-        _watermark: Watermark,
+        watermark: Watermark,
         _rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
-        Ok(())
+        self.emit_event(&StreamEvent::Watermark(watermark))
     }
     fn end_input(&mut self, _cause: InputEnd, _rest: &mut ChainTail) -> Result<(), TaskError> {
         Ok(())
@@ -212,7 +213,7 @@ mod tests {
         let (mut records, mut events) = (vec![], vec![]);
         while let Ok(el) = rx.rx.try_recv() {
             match el {
-                StreamElement::Records(b) => records.extend(b),
+                StreamElement::Records(b) => records.extend(b.into_records()),
                 StreamElement::Event(e) => events.push(e),
             }
         }
@@ -232,7 +233,7 @@ mod tests {
     #[test]
     fn round_robin_spreads_evenly() {
         let (mut w, rxs) = writer(3, ChannelSelector::RoundRobin { next: 0 });
-        (0..30).for_each(|i| w.collect(i).unwrap());
+        (0..30).for_each(|i| w.collect(i, None).unwrap());
         w.emit_event(&StreamEvent::EndOfStream).unwrap();
         for rx in &rxs {
             let (records, events) = drain(rx);
@@ -244,7 +245,7 @@ mod tests {
     #[test]
     fn broadcast_reaches_every_channel() {
         let (mut w, rxs) = writer(2, ChannelSelector::Broadcast);
-        (0..5).for_each(|i| w.collect(i).unwrap());
+        (0..5).for_each(|i| w.collect(i, None).unwrap());
         w.flush().unwrap();
         for rx in &rxs {
             assert_eq!(drain(rx).0, vec![0, 1, 2, 3, 4]);
@@ -258,7 +259,7 @@ mod tests {
             assigner: KeyGroupAssigner::new(16),
         };
         let (mut w, rxs) = writer(3, selector);
-        (0..100).for_each(|i| w.collect(i).unwrap());
+        (0..100).for_each(|i| w.collect(i, None).unwrap());
         w.flush().unwrap();
         let mut assigner = KeyGroupAssigner::new(16);
         for (subtask, rx) in rxs.iter().enumerate() {
@@ -272,9 +273,9 @@ mod tests {
     #[test]
     fn events_follow_buffered_records() {
         let (mut w, rxs) = writer(1, ChannelSelector::Forward);
-        w.collect(7).unwrap();
+        w.collect(7, None).unwrap();
         w.emit_event(&StreamEvent::EndOfStream).unwrap();
         let first = rxs[0].rx.try_recv().unwrap();
-        assert_eq!(first, StreamElement::Records(vec![7]));
+        assert_eq!(first, StreamElement::Records(vec![7].into()));
     }
 }

@@ -26,6 +26,7 @@ use crate::connectors::source::{
 };
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
@@ -37,6 +38,7 @@ use crate::runtime::snapshot::{
 use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
+use crate::time::Watermark;
 
 /// Name of the operator list state holding a reader's splits (Flink's `SourceReaderState`).
 pub const READER_SPLITS_STATE: &str = "source-reader-splits";
@@ -74,7 +76,7 @@ pub struct SourceTask<S: Source> {
     endpoint: ReaderEndpoint<S::Split>,
     chain: OperatorChain,
     /// The reader's records, handed to the chain in batches.
-    buffer: Vec<S::Output>,
+    buffer: RecordBatch<S::Output>,
     buffer_timeout: Duration,
     records_out: u64,
     /// What the reader counts of malformed records.
@@ -124,9 +126,12 @@ impl<S: Source> SourceTask<S> {
         }
         self.aborted.retain(|aborted| *aborted > id);
         self.last_checkpoint = self.last_checkpoint.max(id);
-        // With drain, this source's input ends here: the chained operators end their input
-        // when the barrier passes them, before their snapshot. (Once event time exists, the
-        // maximum watermark is emitted here, before the barrier, as Flink does on drain.)
+        // With drain, this source's input ends here: event time ends (the maximum watermark,
+        // as Flink emits on drain), and the chained operators end their input when the
+        // barrier passes them, before their snapshot.
+        if barrier.drains() {
+            self.chain.process_watermark(Watermark::MAX)?;
+        }
         let reader = &mut self.reader;
         let splits = call_user(&self.name, || reader.snapshot_state(barrier.checkpoint_id))?
             .map_err(|e| user_error(&self.name, e))?;
@@ -332,6 +337,8 @@ impl<S: Source> Invokable for SourceTask<S> {
         }
         // The data ends before the final barrier, so that what operators emit when their
         // input ends is in the final checkpoint and committed with it (FLIP-147).
+        // Event time ends with the input: every window and timer downstream fires.
+        self.chain.process_watermark(Watermark::MAX)?;
         self.chain.end_data()?;
         if !env.checkpointing() {
             return self.chain.end_stream();
@@ -360,6 +367,7 @@ impl<S: Source> Invokable for SourceTask<S> {
             records_out: self.records_out,
             records_skipped: self.malformed.skipped(),
             records_dead_lettered: self.malformed.dead_lettered(),
+            watermark: self.chain.entry_watermark(),
         });
         self.chain.report_metrics(into);
     }
@@ -564,7 +572,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             restored_splits,
             endpoint,
             chain,
-            buffer: Vec::new(),
+            buffer: RecordBatch::default(),
             buffer_timeout: setup.config.buffer_timeout,
             records_out: 0,
             malformed,

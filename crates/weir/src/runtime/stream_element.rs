@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::runtime::batch::RecordBatch;
+use crate::time::{Watermark, WatermarkStatus};
+
 /// The kind of snapshot a barrier asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotType {
@@ -62,6 +65,11 @@ pub enum StreamEvent {
     EndOfData,
     /// The producer sends nothing more on this channel (Flink's `EndOfPartition`).
     EndOfStream,
+    /// No record with a timestamp at or below this follows on the channel.
+    Watermark(Watermark),
+    /// The channel became idle or active again: an idle channel is left out of the minimum
+    /// watermark over the channels.
+    WatermarkStatus(WatermarkStatus),
 }
 
 /// Why an operator's input ends.
@@ -78,8 +86,8 @@ pub enum InputEnd {
 /// One message of a channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamElement<T> {
-    /// A batch of records, in order.
-    Records(Vec<T>),
+    /// A batch of records, in order, with their timestamps.
+    Records(RecordBatch<T>),
     /// An event, after every record sent before it.
     Event(StreamEvent),
 }

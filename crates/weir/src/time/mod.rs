@@ -2,4 +2,4 @@
 
 pub mod watermark;
 
-pub use watermark::Watermark;
+pub use watermark::{Watermark, WatermarkStatus};

@@ -36,3 +36,14 @@ impl std::fmt::Display for Watermark {
         }
     }
 }
+
+/// Whether an input sends watermarks (Flink's `WatermarkStatus`): an idle input is left out
+/// of the minimum over inputs until it becomes active again, so it does not hold event time
+/// back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WatermarkStatus {
+    /// The input sends records and watermarks.
+    Active,
+    /// The input has nothing to send for now.
+    Idle,
+}

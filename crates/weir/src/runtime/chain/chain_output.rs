@@ -7,13 +7,17 @@ use std::any::Any;
 use super::{ChainTail, ChainedNode};
 use crate::error::TaskError;
 use crate::record::Record;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::output::Output;
 use crate::time::Watermark;
 
 /// Where a chained operator writes: its successors in the chain (operators or record
 /// writers), or nothing when it ends the chain.
 pub struct ChainOutput<'a, T> {
-    buffer: &'a mut Vec<T>,
+    buffer: &'a mut RecordBatch<T>,
+    /// The timestamp records get by default: the input record's (Flink's
+    /// `TimestampedCollector`).
+    timestamp: Option<i64>,
     successors: &'a [usize],
     rest: &'a mut ChainTail,
     records_out: &'a mut u64,
@@ -34,7 +38,7 @@ fn successor(rest: &mut ChainTail, offset: usize) -> Result<NodeAndTail<'_>, Tas
 pub(crate) fn forward_batch<T: Record>(
     successors: &[usize],
     rest: &mut ChainTail,
-    batch: &mut Vec<T>,
+    batch: &mut RecordBatch<T>,
 ) -> Result<(), TaskError> {
     match successors.split_last() {
         None => batch.clear(),
@@ -57,7 +61,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// An output gathering up to `batch_size` records into `buffer` for the nodes at
     /// `successors` (offsets into `rest`), counting what it emits in `records_out`.
     pub fn new(
-        buffer: &'a mut Vec<T>,
+        buffer: &'a mut RecordBatch<T>,
         successors: &'a [usize],
         rest: &'a mut ChainTail,
         records_out: &'a mut u64,
@@ -65,6 +69,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     ) -> Self {
         Self {
             buffer,
+            timestamp: None,
             successors,
             rest,
             records_out,
@@ -72,14 +77,36 @@ impl<'a, T: Record> ChainOutput<'a, T> {
         }
     }
 
-    /// Emits one record.
+    /// Emits one record, with the current timestamp.
     #[inline]
     pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
-        self.buffer.push(record);
+        self.buffer.push(record, self.timestamp);
         if self.buffer.len() >= self.batch_size {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Emits one record with event timestamp `timestamp`.
+    #[inline]
+    pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
+        self.buffer.push(record, Some(timestamp));
+        if self.buffer.len() >= self.batch_size {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The timestamp that `collect` gives records: the input record's while it is
+    /// processed.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// Sets the timestamp that `collect` gives records from now on.
+    #[inline]
+    pub fn set_timestamp(&mut self, timestamp: Option<i64>) {
+        self.timestamp = timestamp;
     }
 
     /// Hands the gathered records to the successors.
@@ -106,6 +133,10 @@ impl<T: Record> Output<T> for ChainOutput<'_, T> {
     #[inline]
     fn collect(&mut self, record: T) -> Result<(), TaskError> {
         ChainOutput::collect(self, record)
+    }
+
+    fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
+        ChainOutput::collect_with_timestamp(self, record, timestamp)
     }
 
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {

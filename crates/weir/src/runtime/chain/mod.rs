@@ -18,10 +18,11 @@ pub use chain_output::ChainOutput;
 pub use one_input_node::OneInputNode;
 
 use crate::error::TaskError;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::{CheckpointBarrier, InputEnd, StreamEvent};
-use crate::time::Watermark;
+use crate::time::{Watermark, WatermarkStatus};
 
 /// Nodes of a chain, in order: what a node is called with is the part of the list after
 /// it, where its successors are.
@@ -101,6 +102,8 @@ pub struct OperatorChain {
     entry: Vec<usize>,
     /// Records handed over at once between nodes (the job's network batch size).
     batch_size: usize,
+    /// The last watermark passed to the entry nodes.
+    entry_watermark: Option<Watermark>,
 }
 
 impl OperatorChain {
@@ -121,6 +124,7 @@ impl OperatorChain {
             nodes,
             entry,
             batch_size: batch_size.max(1),
+            entry_watermark: None,
         })
     }
 
@@ -166,7 +170,7 @@ impl OperatorChain {
     /// The output the task's input writes into (a source reader's, or the input gate's).
     pub fn entry_output<'a, T: crate::record::Record>(
         &'a mut self,
-        buffer: &'a mut Vec<T>,
+        buffer: &'a mut RecordBatch<T>,
         records_out: &'a mut u64,
     ) -> ChainOutput<'a, T> {
         ChainOutput::new(
@@ -181,13 +185,19 @@ impl OperatorChain {
     /// Pushes a batch the task read into the entry nodes (drains it).
     pub fn process_records<T: crate::record::Record>(
         &mut self,
-        batch: &mut Vec<T>,
+        batch: &mut RecordBatch<T>,
     ) -> Result<(), TaskError> {
         forward_batch(&self.entry, &mut self.nodes, batch)
     }
 
+    /// The last watermark passed to the entry nodes, if any.
+    pub fn entry_watermark(&self) -> Option<Watermark> {
+        self.entry_watermark
+    }
+
     /// Passes a watermark to the entry nodes.
     pub fn process_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
+        self.entry_watermark = Some(watermark);
         for &e in &self.entry {
             let (node, rest) = self.nodes[e..]
                 .split_first_mut()
@@ -195,6 +205,11 @@ impl OperatorChain {
             node.process_watermark(watermark, rest)?;
         }
         Ok(())
+    }
+
+    /// Passes a change of the task's watermark status to the tasks downstream.
+    pub fn emit_watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        self.broadcast_event(&StreamEvent::WatermarkStatus(status))
     }
 
     /// Ends the input of every operator, in list order: each has received everything its
@@ -385,7 +400,7 @@ mod tests {
         let mut chain = tree(&log);
         chain.open().unwrap();
         assert_eq!(take(&log), ["d open", "c open", "b open", "a open"]);
-        chain.process_records(&mut vec![1i64, 2, 3]).unwrap();
+        chain.process_records(&mut vec![1i64, 2, 3].into()).unwrap();
         // Batches of two: a's first two records reach b (then d) and c before its third.
         assert_eq!(
             take(&log),
@@ -407,7 +422,7 @@ mod tests {
     fn watermarks_follow_records_and_end_of_input_goes_down_the_list() {
         let log = Log::default();
         let mut chain = tree(&log);
-        chain.process_records(&mut vec![1i64]).unwrap();
+        chain.process_records(&mut vec![1i64].into()).unwrap();
         chain.process_watermark(Watermark::new(5)).unwrap();
         take(&log);
         chain.end_data().unwrap();
@@ -459,7 +474,7 @@ mod tests {
         let log = Log::default();
         let mut chain = tree(&log);
         let error = chain
-            .process_records(&mut vec!["x".to_string()])
+            .process_records(&mut vec!["x".to_string()].into())
             .unwrap_err();
         assert!(error.to_string().contains("another type"), "{error}");
         let nodes = &chain.nodes;

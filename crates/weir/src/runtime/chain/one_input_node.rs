@@ -9,6 +9,7 @@ use super::{ChainOutput, ChainTail, ChainedNode};
 use crate::error::TaskError;
 use crate::graph::ids::NodeId;
 use crate::record::Record;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::operators::OneInputStreamOperator;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
@@ -22,10 +23,12 @@ pub struct OneInputNode<I, O, Op> {
     node: NodeId,
     name: Arc<str>,
     subtask: u32,
-    buffer: Vec<O>,
+    buffer: RecordBatch<O>,
     successors: Vec<usize>,
     records_in: u64,
     records_out: u64,
+    /// The last watermark the operator received.
+    watermark: Watermark,
     batch_size: usize,
     _input: PhantomData<fn(I)>,
 }
@@ -38,10 +41,11 @@ impl<I, O, Op> OneInputNode<I, O, Op> {
             node: setup.node,
             name: setup.name.clone(),
             subtask: setup.subtask,
-            buffer: Vec::new(),
+            buffer: RecordBatch::default(),
             successors: Vec::new(),
             records_in: 0,
             records_out: 0,
+            watermark: Watermark::MIN,
             batch_size: setup.config.buffer_size.max(1),
             _input: PhantomData,
         }
@@ -95,14 +99,15 @@ where
         batch: &mut dyn Any,
         rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
-        let batch = batch.downcast_mut::<Vec<I>>().ok_or_else(|| {
+        let batch = batch.downcast_mut::<RecordBatch<I>>().ok_or_else(|| {
             TaskError::Internal(format!("`{}` received records of another type", self.name))
         })?;
         self.records_in += batch.len() as u64;
         let (operator, mut out) = operator_and_output!(self, rest);
-        for record in batch.drain(..) {
-            operator.process_element(record, &mut out)?;
-        }
+        batch.drain_each(|record, timestamp| {
+            out.set_timestamp(timestamp);
+            operator.process_element(record, &mut out)
+        })?;
         out.flush()
     }
 
@@ -111,6 +116,7 @@ where
         watermark: Watermark,
         rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
+        self.watermark = watermark;
         let (operator, mut out) = operator_and_output!(self, rest);
         operator.process_watermark(watermark, &mut out)?;
         out.flush()
@@ -164,6 +170,7 @@ where
             records_out: self.records_out,
             records_skipped: 0,
             records_dead_lettered: 0,
+            watermark: (self.watermark != Watermark::MIN).then_some(self.watermark),
         });
     }
 }

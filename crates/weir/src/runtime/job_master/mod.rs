@@ -37,6 +37,7 @@ use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary}
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::now_millis;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
+use crate::time::Watermark;
 
 use attempt::AttemptEnd;
 
@@ -456,7 +457,13 @@ impl JobMaster {
                     records_in: of_node.clone().map(|m| m.records_in).sum(),
                     records_out: of_node.clone().map(|m| m.records_out).sum(),
                     records_skipped: of_node.clone().map(|m| m.records_skipped).sum(),
-                    records_dead_lettered: of_node.map(|m| m.records_dead_lettered).sum(),
+                    records_dead_lettered: of_node.clone().map(|m| m.records_dead_lettered).sum(),
+                    watermark: of_node
+                        .map(|m| m.watermark)
+                        .try_fold(None, |low: Option<Watermark>, w| {
+                            w.map(|w| Some(low.map_or(w, |l| l.min(w))))
+                        })
+                        .flatten(),
                 }
             })
             .collect();
