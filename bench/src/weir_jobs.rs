@@ -11,6 +11,7 @@ use weir::connectors::discard::DiscardingSink;
 use weir::connectors::file_reader::RawRecord;
 use weir::connectors::file_source::{FileFormat, FileSource};
 use weir::connectors::malformed::DecodeError;
+use weir::WatermarkStrategy;
 use weir::{
     AggregateFunction, CheckpointConfig, CheckpointStorageConfig, DataStream, ExecutionConfig,
     Record, StreamExecutionEnvironment,
@@ -65,6 +66,7 @@ fn json_lines<T: Record + serde::de::DeserializeOwned>(dir: &str) -> FileSource<
 fn key_values(env: &StreamExecutionEnvironment, dir: &str) -> DataStream<(i64, i64)> {
     env.from_source(
         FileSource::<(i64, i64)>::csv(dir).has_header(false),
+        WatermarkStrategy::no_watermarks(),
         "kv source",
     )
 }
@@ -86,21 +88,33 @@ pub fn build(env: &StreamExecutionEnvironment, workload: Workload, dir: &str) {
                 .sink_to(DiscardingSink, SINK);
         }
         Workload::Q0 => {
-            env.from_source(json_lines::<BidEvent<BidRow>>(dir), "nexmark source")
-                .flat_map_iter(BidEvent::into_bid)
-                .sink_to(DiscardingSink, SINK);
+            env.from_source(
+                json_lines::<BidEvent<BidRow>>(dir),
+                WatermarkStrategy::no_watermarks(),
+                "nexmark source",
+            )
+            .flat_map_iter(BidEvent::into_bid)
+            .sink_to(DiscardingSink, SINK);
         }
         Workload::Q1 => {
-            env.from_source(json_lines::<BidEvent<BidRow>>(dir), "nexmark source")
-                .flat_map_iter(BidEvent::into_bid)
-                .map(EuroBidRow::from)
-                .sink_to(DiscardingSink, SINK);
+            env.from_source(
+                json_lines::<BidEvent<BidRow>>(dir),
+                WatermarkStrategy::no_watermarks(),
+                "nexmark source",
+            )
+            .flat_map_iter(BidEvent::into_bid)
+            .map(EuroBidRow::from)
+            .sink_to(DiscardingSink, SINK);
         }
         Workload::Q2 => {
-            env.from_source(json_lines::<BidEvent<AuctionPrice>>(dir), "nexmark source")
-                .flat_map_iter(BidEvent::into_bid)
-                .filter(|bid| q2_selects(bid.auction))
-                .sink_to(DiscardingSink, SINK);
+            env.from_source(
+                json_lines::<BidEvent<AuctionPrice>>(dir),
+                WatermarkStrategy::no_watermarks(),
+                "nexmark source",
+            )
+            .flat_map_iter(BidEvent::into_bid)
+            .filter(|bid| q2_selects(bid.auction))
+            .sink_to(DiscardingSink, SINK);
         }
     }
 }

@@ -19,6 +19,7 @@ use weir::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
 use weir::connectors::write_ahead_log::{
     BatchCommitter, BatchId, FileBatchCommitter, WriteAheadLog,
 };
+use weir::WatermarkStrategy;
 use weir::{
     AggregateFunction, AggregatingState, BoxError, CheckpointConfig, CheckpointStorageConfig,
     Collector, CorruptCheckpointPolicy, ExecutionConfig, JobExecutionResult, KeyedContext,
@@ -272,6 +273,7 @@ pub fn build_with_progress(
     let stream = env
         .from_source(
             FileSource::<CensusRow>::csv(csv_glob(&options.data)).with_rate_limit(options.rate),
+            WatermarkStrategy::no_watermarks(),
             "census rows",
         )
         .uid("census-rows")

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
     RetentionOnCancel, StreamExecutionEnvironment,
@@ -132,7 +133,7 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     if let Some(hook) = options.before_commit.clone() {
         sink = sink.before_commit(move |c, id| hook(c, id));
     }
-    env.from_source(source.build()?, "words")
+    env.from_source(source.build()?, WatermarkStrategy::no_watermarks(), "words")
         .uid("kafka-words")
         .key_by(|w: &String| w.clone())
         .count()

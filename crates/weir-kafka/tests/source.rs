@@ -11,6 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use weir::connectors::collect::collect_sink;
 use weir::connectors::malformed::{MalformedRecordPolicy, RecordOrigin};
+use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
     StreamExecutionEnvironment,
@@ -57,6 +58,7 @@ fn offsets_are_restored_exactly_through_a_savepoint_taken_mid_stream() {
         // Throttled, so that the savepoint lands mid-stream.
         env.from_source(
             source(&topic).with_rate_limit(3000.0).build().unwrap(),
+            WatermarkStrategy::no_watermarks(),
             "kafka",
         )
         .uid("kafka")
@@ -118,6 +120,7 @@ fn offsets_are_committed_to_the_group_when_checkpoints_complete() {
     let (sink, handle) = collect_sink::<String>();
     env.from_source(
         source(&topic).group_id(&group).bounded().build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
         "kafka",
     )
     .sink_to(sink, "collect");
@@ -160,6 +163,7 @@ fn offsets_are_committed_to_the_group_when_checkpoints_complete() {
             .bounded()
             .build()
             .unwrap(),
+        WatermarkStrategy::no_watermarks(),
         "kafka",
     )
     .sink_to(sink, "collect");
@@ -186,7 +190,8 @@ fn partitions_that_appear_while_running_are_discovered_and_read() {
         .partition_discovery_interval(Some(Duration::from_millis(200)))
         .build()
         .unwrap();
-    env.from_source(source, "kafka").sink_to(sink, "collect");
+    env.from_source(source, WatermarkStrategy::no_watermarks(), "kafka")
+        .sink_to(sink, "collect");
     let client = env.execute_async("grow").unwrap();
     let mut seen = common::collect_until(
         || handle.take(),
@@ -229,6 +234,7 @@ fn starting_offsets_latest_and_timestamp() {
                 .bounded()
                 .build()
                 .unwrap(),
+            WatermarkStrategy::no_watermarks(),
             "kafka",
         )
         .sink_to(sink, "collect");
@@ -260,8 +266,12 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
     };
 
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
-    env.from_source(builder().build().unwrap(), "kafka")
-        .sink_to(collect_sink::<u64>().0, "collect");
+    env.from_source(
+        builder().build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .sink_to(collect_sink::<u64>().0, "collect");
     let error = env.execute("malformed").unwrap_err();
     let bad = error
         .malformed_record()
@@ -288,6 +298,7 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
             .on_malformed(MalformedRecordPolicy::Skip)
             .build()
             .unwrap(),
+        WatermarkStrategy::no_watermarks(),
         "kafka",
     )
     .sink_to(sink, "collect");
@@ -303,8 +314,12 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
 
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
     let (sink, handle) = collect_sink();
-    env.from_source(builder().with_dead_letters().build().unwrap(), "kafka")
-        .sink_to(sink, "collect");
+    env.from_source(
+        builder().with_dead_letters().build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .sink_to(sink, "collect");
     let result = env.execute("malformed").unwrap();
     let source = result.operator("Source: kafka").unwrap();
     assert_eq!(
@@ -340,6 +355,7 @@ fn an_unreachable_broker_is_reported_clearly() {
             .request_timeout(Duration::from_secs(2))
             .build()
             .unwrap(),
+        WatermarkStrategy::no_watermarks(),
         "kafka",
     )
     .sink_to(collect_sink::<String>().0, "collect");
@@ -354,8 +370,12 @@ fn an_unreachable_broker_is_reported_clearly() {
 fn a_missing_topic_is_reported_clearly() {
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
     let topic = common::unique("never-created");
-    env.from_source(source(&topic).build().unwrap(), "kafka")
-        .sink_to(collect_sink::<String>().0, "collect");
+    env.from_source(
+        source(&topic).build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .sink_to(collect_sink::<String>().0, "collect");
     let error = env.execute("missing").unwrap_err().to_string();
     assert!(
         error.contains(&topic) && error.contains("does not exist"),
@@ -393,8 +413,12 @@ fn a_bounded_source_reads_transactional_input_to_its_end() {
     }
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
     let (sink, handle) = collect_sink::<String>();
-    env.from_source(source(&topic).bounded().build().unwrap(), "kafka")
-        .sink_to(sink, "collect");
+    env.from_source(
+        source(&topic).bounded().build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .sink_to(sink, "collect");
     env.execute("transactional-input").unwrap();
     let mut got: Vec<u64> = handle.take().iter().map(|v| v.parse().unwrap()).collect();
     got.sort_unstable();

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir::connectors::generator::GeneratorSource;
+use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
     RetentionOnCancel, StreamExecutionEnvironment,
@@ -259,7 +260,7 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, P
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let counts = env
-        .from_source(source, "words")
+        .from_source(source, WatermarkStrategy::no_watermarks(), "words")
         .uid("generated-words")
         .map(move |w: String| {
             use std::sync::atomic::Ordering;

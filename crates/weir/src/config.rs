@@ -107,6 +107,11 @@ pub struct ExecutionConfig {
     /// (`execution.buffer-timeout`). Idle tasks flush at once.
     #[serde(with = "duration_millis")]
     pub buffer_timeout: Duration,
+    /// How often sources and timestamp assigners run their watermark generators' periodic
+    /// emission (`pipeline.auto-watermark-interval`, 200 ms as in Flink); zero turns periodic
+    /// watermarks off.
+    #[serde(with = "duration_millis", default = "default_auto_watermark_interval")]
+    pub auto_watermark_interval: Duration,
     /// Checkpointing (off unless an interval is set).
     pub checkpoint: CheckpointConfig,
     /// What to do when a task fails; `None` picks Flink's default: restart (fixed delay) when
@@ -130,6 +135,7 @@ impl Default for ExecutionConfig {
             buffer_size: 1024,
             channel_capacity: 4,
             buffer_timeout: Duration::from_millis(100),
+            auto_watermark_interval: default_auto_watermark_interval(),
             checkpoint: CheckpointConfig::default(),
             restart_strategy: None,
             restore: None,
@@ -167,6 +173,12 @@ impl ExecutionConfig {
     /// Sets the flush timeout of partly filled batches.
     pub fn with_buffer_timeout(mut self, timeout: Duration) -> Self {
         self.buffer_timeout = timeout;
+        self
+    }
+
+    /// Sets how often watermark generators emit periodically (zero: never).
+    pub fn with_auto_watermark_interval(mut self, interval: Duration) -> Self {
+        self.auto_watermark_interval = interval;
         self
     }
 
@@ -277,6 +289,10 @@ impl ExecutionConfig {
     pub fn records_per_channel_bound(&self) -> usize {
         (self.channel_capacity + 1) * self.buffer_size
     }
+}
+
+fn default_auto_watermark_interval() -> Duration {
+    Duration::from_millis(200)
 }
 
 mod duration_millis {

@@ -36,3 +36,4 @@ pub use runtime::job_result::{JobExecutionResult, JobStatus};
 pub use runtime::mini_cluster::JobClient;
 pub use runtime::output::Collector;
 pub use state::{AggregatingState, ListState, MapState, ReducingState, ValueState};
+pub use time::{Watermark, WatermarkStrategy};

@@ -55,3 +55,4 @@ pub use crate::runtime::job_result::{JobExecutionResult, JobStatus};
 pub use crate::runtime::mini_cluster::JobClient;
 pub use crate::runtime::output::Collector;
 pub use crate::state::{AggregatingState, ListState, MapState, ReducingState, ValueState};
+pub use crate::time::{Watermark, WatermarkGenerator, WatermarkOutput, WatermarkStrategy};

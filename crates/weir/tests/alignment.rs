@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use weir::checkpoint::storage::{CheckpointStorage, FsCheckpointStorage};
 use weir::connectors::generator::{GeneratorSource, NumberSequenceSplit};
@@ -70,12 +71,14 @@ fn two_input_operator_state_matches_source_positions_at_every_checkpoint() {
     let fast = env
         .from_source(
             GeneratorSource::unbounded(|i| (0usize, i)).with_rate_limit(40_000.0),
+            WatermarkStrategy::no_watermarks(),
             "fast",
         )
         .uid("fast");
     let slow = env
         .from_source(
             GeneratorSource::unbounded(|i| (1usize, i)).with_rate_limit(3_000.0),
+            WatermarkStrategy::no_watermarks(),
             "slow",
         )
         .uid("slow");

@@ -21,7 +21,9 @@ fn env() -> StreamExecutionEnvironment {
 
 fn read_rows(source: FileSource<Row>) -> Result<(Vec<Row>, JobExecutionResult), WeirError> {
     let env = env();
-    let rows = env.from_source(source, "rows").collect();
+    let rows = env
+        .from_source(source, WatermarkStrategy::no_watermarks(), "rows")
+        .collect();
     let result = env.execute("rows")?;
     Ok((rows.take(), result))
 }
@@ -57,6 +59,7 @@ fn a_monitoring_source_may_start_empty() {
     let rows = env
         .from_source(
             FileSource::<Row>::csv(dir.path()).monitor(std::time::Duration::from_millis(10)),
+            WatermarkStrategy::no_watermarks(),
             "rows",
         )
         .collect();
@@ -185,6 +188,7 @@ fn skipped_and_dead_lettered_rows_are_counted_in_the_result_without_a_subscriber
     let all = env
         .from_source(
             FileSource::<Row>::csv(dir.path()).with_dead_letters(),
+            WatermarkStrategy::no_watermarks(),
             "rows",
         )
         .collect();

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use common::{committed, mix, CommittingSink};
 use weir::checkpoint::stats::CheckpointStatus;
@@ -53,6 +54,7 @@ fn slow_job(
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::new(records, |i| i).with_rate_limit(10_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .process(SlowSnapshot(snapshot))
@@ -74,6 +76,7 @@ fn checkpoints_that_exceed_the_timeout_expire() {
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(10_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .process(SlowSnapshot(Duration::from_millis(80)))
@@ -206,6 +209,7 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
     }
     env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(5_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .process(Alternating(slow))
@@ -242,6 +246,7 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::new(2_000, |i| i).with_rate_limit(10_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .sink_to(DiscardingSink, "discard");
@@ -270,6 +275,7 @@ fn checkpoint_ids_keep_growing_across_runs_of_a_job() {
         let env = StreamExecutionEnvironment::new(config()).unwrap();
         env.from_source(
             GeneratorSource::unbounded(|i| i).with_rate_limit(5_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .sink_to(DiscardingSink, "discard");
@@ -381,6 +387,7 @@ fn run_with_corruption(
     let counts = env
         .from_source(
             GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .map(move |i: u64| {
@@ -569,6 +576,7 @@ fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
     let bounded = env.from_collection((0..10u64).collect());
     let endless = env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
+        WatermarkStrategy::no_watermarks(),
         "endless",
     );
     bounded.union(&endless).sink_to(DiscardingSink, "discard");
@@ -604,6 +612,7 @@ fn a_corrupt_restore_point_is_an_error() {
     let build = |env: &StreamExecutionEnvironment| {
         env.from_source(
             GeneratorSource::new(1_000_000, |i| i).with_rate_limit(50_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .key_by(|i: &u64| i % 100)

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use common::{committed, diff, mix, multiset, seeds, CommittingSink, Rng};
 use weir::connectors::generator::GeneratorSource;
@@ -68,6 +69,7 @@ fn run_keyed_count(
     );
     env.from_source(
         GeneratorSource::new(RECORDS, |i| i).with_rate_limit(40_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .map(move |i: u64| {

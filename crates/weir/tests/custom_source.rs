@@ -10,6 +10,7 @@ use weir::connectors::source::{
 };
 use weir::connectors::static_enumerator::StaticSplitEnumerator;
 use weir::runtime::output::VecOutput;
+use weir::WatermarkStrategy;
 use weir::{BoxError, Collector, ExecutionConfig, StreamExecutionEnvironment, WeirError};
 
 /// A "file" of `lines` lines; `offset` is the next line to read.
@@ -137,7 +138,9 @@ fn every_split_is_read_exactly_once_by_pulling_readers() {
         lines_per_file: 123,
         fail_at: None,
     };
-    let out = env.from_source(source, "files").collect();
+    let out = env
+        .from_source(source, WatermarkStrategy::no_watermarks(), "files")
+        .collect();
     let result = env.execute("files").unwrap();
     let mut lines = out.take();
     lines.sort_unstable();
@@ -190,6 +193,7 @@ fn reader_error_fails_the_job_naming_the_source() {
             lines_per_file: 50,
             fail_at: Some((1, 42)),
         },
+        WatermarkStrategy::no_watermarks(),
         "files",
     )
     .collect();

@@ -82,6 +82,7 @@ fn run_final_count(checkpointing: bool, fail_once: bool) {
     let failed = Arc::new(AtomicBool::new(!fail_once));
     env.from_source(
         GeneratorSource::new(WORDS, word).with_rate_limit(100_000.0),
+        WatermarkStrategy::no_watermarks(),
         "words",
     )
     .uid("words")

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use common::{committed_lines, diff, failover_config, hidden_files, mix, multiset};
 use weir::connectors::file_sink::{committed_files, FileSink, RollingPolicy};
@@ -51,6 +52,7 @@ fn run_into<S: Sink<String>>(sink: S) -> weir::JobExecutionResult {
     ]);
     env.from_source(
         GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .map(move |i: u64| {
@@ -179,6 +181,7 @@ fn file_sink_rolls_parts_by_age() {
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::new(400, |i| i).with_rate_limit(2_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .map(|i: u64| i.to_string())
@@ -220,6 +223,7 @@ fn file_sink_transactions_survive_rescaling_through_savepoints() {
     let build = |env: &StreamExecutionEnvironment| {
         env.from_source(
             GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .uid("numbers")

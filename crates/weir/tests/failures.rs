@@ -3,6 +3,7 @@
 
 use std::sync::mpsc;
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use weir::connectors::discard::DiscardingSink;
 use weir::connectors::generator::GeneratorSource;
@@ -95,14 +96,18 @@ fn error_returned_by_a_process_function_fails_the_job() {
 #[test]
 fn failing_sink_cancels_an_unbounded_source_without_hanging() {
     let f = failure(execute_with_watchdog(|env| {
-        env.from_source(GeneratorSource::unbounded(|i| i), "endless")
-            .rebalance()
-            .map(|i: u64| {
-                assert!(i < 50_000, "sink-side failure at {i}");
-                i
-            })
-            .name("guard")
-            .sink_to(DiscardingSink, "discard");
+        env.from_source(
+            GeneratorSource::unbounded(|i| i),
+            WatermarkStrategy::no_watermarks(),
+            "endless",
+        )
+        .rebalance()
+        .map(|i: u64| {
+            assert!(i < 50_000, "sink-side failure at {i}");
+            i
+        })
+        .name("guard")
+        .sink_to(DiscardingSink, "discard");
     }));
     assert_eq!(f.operator, "guard");
     assert!(f.to_string().contains("sink-side failure"), "{f}");

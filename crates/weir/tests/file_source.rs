@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use common::{committed, diff, failover_config, multiset, CommittingSink};
 use serde::{Deserialize, Serialize};
@@ -55,7 +56,13 @@ fn reads_lines_of_a_file_a_directory_and_a_glob() {
         ),
     ] {
         let env = new_env(2);
-        let out = env.from_source(FileSource::lines(&path), "files").collect();
+        let out = env
+            .from_source(
+                FileSource::lines(&path),
+                WatermarkStrategy::no_watermarks(),
+                "files",
+            )
+            .collect();
         env.execute("lines").unwrap();
         assert_eq!(sorted(out.take()), expected, "{path}");
     }
@@ -82,6 +89,7 @@ fn lines_know_their_numbers_and_may_be_longer_than_the_read_buffer() {
         .from_source(
             FileSource::with_decoder(&path, FileFormat::Lines, Arc::new(parse))
                 .on_malformed(MalformedRecordPolicy::Skip),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .collect();
@@ -90,6 +98,7 @@ fn lines_know_their_numbers_and_may_be_longer_than_the_read_buffer() {
     let env = new_env(1);
     env.from_source(
         FileSource::with_decoder(&path, FileFormat::Lines, Arc::new(parse)),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .collect();
@@ -134,6 +143,7 @@ fn csv_reads_as_the_csv_crate_reads_it() {
                 FileSource::<Vec<String>>::csv(path.display().to_string())
                     .has_header(false)
                     .flexible(),
+                WatermarkStrategy::no_watermarks(),
                 "random",
             )
             .collect();
@@ -160,6 +170,7 @@ fn decodes_csv_rows_by_header_or_position_with_any_delimiter() {
     let by_header = env
         .from_source(
             FileSource::<Person>::csv(dir.path().join("h.csv").display().to_string()),
+            WatermarkStrategy::no_watermarks(),
             "h",
         )
         .collect();
@@ -168,6 +179,7 @@ fn decodes_csv_rows_by_header_or_position_with_any_delimiter() {
             FileSource::<Person>::csv(dir.path().join("p.tsv").display().to_string())
                 .has_header(false)
                 .delimiter(b'\t'),
+            WatermarkStrategy::no_watermarks(),
             "p",
         )
         .collect();
@@ -194,8 +206,12 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
     let path = path.display().to_string();
 
     let env = new_env(1);
-    env.from_source(FileSource::<Person>::csv(&path), "people")
-        .collect();
+    env.from_source(
+        FileSource::<Person>::csv(&path),
+        WatermarkStrategy::no_watermarks(),
+        "people",
+    )
+    .collect();
     let err = env.execute("fail").unwrap_err();
     let text = err.to_string();
     assert!(
@@ -207,6 +223,7 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
     let kept = env
         .from_source(
             FileSource::<Person>::csv(&path).on_malformed(MalformedRecordPolicy::Skip),
+            WatermarkStrategy::no_watermarks(),
             "people",
         )
         .collect();
@@ -216,6 +233,7 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
     let env = new_env(1);
     let rows = env.from_source(
         FileSource::<Person>::csv(&path).with_dead_letters(),
+        WatermarkStrategy::no_watermarks(),
         "people",
     );
     let good = rows
@@ -244,8 +262,12 @@ fn malformed_rows_fail_with_location_or_are_skipped_or_dead_lettered() {
 #[test]
 fn a_missing_path_is_a_clear_error() {
     let env = new_env(1);
-    env.from_source(FileSource::lines("/definitely/not/here.txt"), "files")
-        .collect();
+    env.from_source(
+        FileSource::lines("/definitely/not/here.txt"),
+        WatermarkStrategy::no_watermarks(),
+        "files",
+    )
+    .collect();
     let err = env.execute("missing").unwrap_err();
     assert!(matches!(err, WeirError::Setup { .. }), "{err}");
     assert!(
@@ -292,6 +314,7 @@ fn offsets_are_restored_exactly_after_failures() {
     ]);
     env.from_source(
         FileSource::<Row>::csv(format!("{}/*.csv", dir.path().display())).with_rate_limit(20_000.0),
+        WatermarkStrategy::no_watermarks(),
         "rows",
     )
     .map(move |row: Row| {
@@ -323,6 +346,7 @@ fn monitoring_picks_up_new_files() {
     let out = env
         .from_source(
             FileSource::lines(dir.path().display().to_string()).monitor(Duration::from_millis(20)),
+            WatermarkStrategy::no_watermarks(),
             "watched",
         )
         .collect();

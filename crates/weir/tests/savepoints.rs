@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{committed, diff, mix, multiset, CommittedStore, CommittingSink};
 use weir::connectors::generator::GeneratorSource;
+use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, StreamExecutionEnvironment,
     WeirError,
@@ -45,6 +46,7 @@ fn config(
 fn build(env: &StreamExecutionEnvironment, sink: CommittingSink<(u64, u64)>, rename_count: bool) {
     env.from_source(
         GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .uid("numbers")
@@ -183,6 +185,7 @@ fn savepoint_without_checkpoint_storage_is_refused() {
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
     env.from_source(
         GeneratorSource::new(50_000, |i| i).with_rate_limit(50_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .collect();
@@ -213,6 +216,7 @@ fn savepoints_need_no_periodic_checkpoints() {
     let build = |env: &StreamExecutionEnvironment| {
         env.from_source(
             GeneratorSource::new(40_000, |i| i % 7).with_rate_limit(40_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .uid("numbers")

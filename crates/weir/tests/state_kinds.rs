@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weir::WatermarkStrategy;
 
 use common::{committed, diff, failover_config, mix, multiset, CommittingSink};
 use weir::connectors::generator::GeneratorSource;
@@ -135,6 +136,7 @@ fn every_keyed_state_kind_is_restored_exactly_after_failures() {
     // One source subtask keeps each key's records in order, so the expected output is exact.
     env.from_source(
         GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .parallelism(1)
@@ -219,6 +221,7 @@ fn operator_list_state_is_split_and_union_state_is_broadcast_on_rescale() {
     let build = |env: &StreamExecutionEnvironment| {
         env.from_source(
             GeneratorSource::new(100_000, |i| i).with_rate_limit(20_000.0),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .uid("numbers")

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use weir::WatermarkStrategy;
 
 use common::{committed, committed_lines, diff, hidden_files, multiset, CommittingSink, MarkEnd};
 use weir::connectors::file_sink::{committed_files, FileSink};
@@ -69,6 +70,7 @@ fn await_committed_output(dir: &Path) {
 fn build<S: Sink<String>>(env: &StreamExecutionEnvironment, sink: S) {
     env.from_source(
         GeneratorSource::new(RECORDS, |i| i).with_rate_limit(RATE),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .uid("numbers")
@@ -159,6 +161,7 @@ fn stop_marked_then(drain: bool, restore: bool) -> (Vec<String>, u64, usize, Vec
     let build = |env: &StreamExecutionEnvironment, out: &Path| {
         env.from_source(
             GeneratorSource::new(RECORDS, |i| i).with_rate_limit(RATE),
+            WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .uid("numbers")
@@ -318,6 +321,7 @@ fn a_failed_stop_with_savepoint_leaves_the_job_running() {
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::new(N, |i| i).with_rate_limit(RATE),
+        WatermarkStrategy::no_watermarks(),
         "numbers",
     )
     .rebalance()

@@ -12,7 +12,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir::connectors::malformed::{MalformedRecord, MalformedRecordHandler};
 use weir::connectors::rate_limiter::RateLimiter;
-use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
+use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext, SourceSplit};
 use weir::{BoxError, Collector};
 
 use super::split::KafkaPartitionSplit;
@@ -105,9 +105,10 @@ impl<T> KafkaSourceReader<T> {
 
     /// Moves bounded splits past trailing control records (transaction markers), which the
     /// consumer skips without handing them out; then drops the splits read to their end.
-    fn settle_bounded_splits(&mut self) -> Result<(), KafkaError> {
+    /// Drops the bounded splits read to their end; returns their ids.
+    fn settle_bounded_splits(&mut self) -> Result<Vec<String>, KafkaError> {
         if !self.splits.values().any(|s| s.stopping_offset.is_some()) {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let positions = self
             .consumer
@@ -127,13 +128,15 @@ impl<T> KafkaSourceReader<T> {
             .filter(|(_, s)| s.is_finished())
             .map(|(key, _)| key.clone())
             .collect();
+        let mut released = Vec::with_capacity(done.len());
         for key in done {
             if let Some(split) = self.splits.remove(&key) {
+                released.push(split.split_id());
                 self.finished.insert(key, split.next_offset);
                 self.assignment_changed = true;
             }
         }
-        Ok(())
+        Ok(released)
     }
 }
 
@@ -170,6 +173,8 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
         let limit = self.limiter.allowed(RECORDS_PER_POLL as u64) as usize;
         let mut emitted = 0usize;
         let mut drained = false;
+        // The partition whose records are being emitted: each has its own watermark.
+        let mut current: Option<(String, i32)> = None;
         while emitted < limit {
             let message = match self.consumer.poll(Duration::ZERO) {
                 None => {
@@ -194,6 +199,10 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 continue;
             }
             split.next_offset = offset + 1;
+            if current.as_ref() != Some(&key) {
+                output.for_split(&split.split_id());
+                current = Some(key);
+            }
             let record = ConsumedRecord {
                 topic: message.topic(),
                 partition: message.partition(),
@@ -214,13 +223,20 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                 })?,
             };
             if let Some(value) = decoded {
-                output.collect(value);
+                // The record's Kafka timestamp is its event time unless the watermark
+                // strategy assigns another, as in Flink's Kafka source.
+                match record.timestamp {
+                    Some(timestamp) => output.collect_with_timestamp(value, timestamp),
+                    None => output.collect(value),
+                }
                 emitted += 1;
             }
         }
         self.limiter.record(emitted as u64);
         if drained {
-            self.settle_bounded_splits()?;
+            for split in self.settle_bounded_splits()? {
+                output.release_split(&split);
+            }
         }
         if emitted > 0 {
             Ok(InputStatus::MoreAvailable)

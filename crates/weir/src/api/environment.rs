@@ -19,6 +19,7 @@ use crate::runtime::mini_cluster::{JobClient, MiniCluster};
 use crate::runtime::operator_factory::NodeFactory;
 use crate::runtime::source_task::SourceOperatorFactory;
 use crate::runtime::stream_type::TypeOf;
+use crate::time::WatermarkStrategy;
 
 /// Where a job is declared and run (Flink's `StreamExecutionEnvironment`). This one runs
 /// jobs on a local mini-cluster: one thread per subtask.
@@ -88,12 +89,20 @@ impl StreamExecutionEnvironment {
     }
 
     /// Adds a source.
-    pub fn from_source<S: Source>(&self, source: S, name: &str) -> DataStream<S::Output> {
+    pub fn from_source<S: Source>(
+        &self,
+        source: S,
+        watermark_strategy: WatermarkStrategy<S::Output>,
+        name: &str,
+    ) -> DataStream<S::Output> {
         let node = PendingNode::new(
             format!("Source: {name}"),
             OperatorKind::Source,
             TypeOf::<S::Output>::shared(),
-            NodeFactory::Source(Box::new(SourceOperatorFactory::new(source))),
+            NodeFactory::Source(Box::new(SourceOperatorFactory::new(
+                source,
+                watermark_strategy,
+            ))),
         );
         let id = self.builder.borrow_mut().add_node(node, &[]);
         DataStream::from_node(self.builder.clone(), id)
@@ -105,12 +114,20 @@ impl StreamExecutionEnvironment {
         count: u64,
         f: F,
     ) -> DataStream<T> {
-        self.from_source(GeneratorSource::new(count, f), "Generator")
+        self.from_source(
+            GeneratorSource::new(count, f),
+            WatermarkStrategy::no_watermarks(),
+            "Generator",
+        )
     }
 
     /// Adds a source emitting the elements of `items` in order (parallelism 1).
     pub fn from_collection<T: Record + Sync>(&self, items: Vec<T>) -> DataStream<T> {
-        self.from_source(CollectionSource::new(items), "Collection")
+        self.from_source(
+            CollectionSource::new(items),
+            WatermarkStrategy::no_watermarks(),
+            "Collection",
+        )
     }
 
     /// The four layers of the job declared so far.

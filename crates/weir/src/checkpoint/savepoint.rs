@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 ///         )
 /// };
 /// let env = StreamExecutionEnvironment::new(config())?;
-/// env.from_source(GeneratorSource::unbounded(|i| i % 10).with_rate_limit(10_000.0), "numbers")
+/// env.from_source(GeneratorSource::unbounded(|i| i % 10).with_rate_limit(10_000.0), WatermarkStrategy::no_watermarks(), "numbers")
 ///     .key_by(|n: &u64| *n)
 ///     .count()
 ///     .uid("counts")

@@ -34,7 +34,7 @@ impl SourceSplit for CollectionSplit {
 /// use weir::prelude::*;
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
 /// let doubled = env
-///     .from_source(CollectionSource::new(vec![1, 2, 3]), "numbers")
+///     .from_source(CollectionSource::new(vec![1, 2, 3]), WatermarkStrategy::no_watermarks(), "numbers")
 ///     .map(|n: i32| n * 2)
 ///     .collect();
 /// env.execute("double")?;

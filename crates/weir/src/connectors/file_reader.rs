@@ -12,7 +12,7 @@ use crate::connectors::malformed::{
     DecodeError, MalformedRecord, MalformedRecordHandler, RecordOrigin,
 };
 use crate::connectors::rate_limiter::RateLimiter;
-use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext};
+use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext, SourceSplit};
 use crate::connectors::split_queue::SplitQueue;
 use crate::error::BoxError;
 use crate::record::Record;
@@ -311,10 +311,16 @@ impl<T: Record> SourceReader for FileReader<T> {
         if allowed == 0 {
             return Ok(InputStatus::NothingAvailable);
         }
+        if let Some(split) = self.splits.front() {
+            output.for_split(&split.split_id());
+        }
         for _ in 0..allowed {
             // The line a record starts on, before reading moves the position past it.
             let line = self.splits.front().map_or(0, |s| s.line);
             if !self.read_next()? {
+                if let Some(split) = self.splits.front() {
+                    output.release_split(&split.split_id());
+                }
                 self.splits.finish_front(&self.context);
                 self.open = None;
                 return Ok(InputStatus::MoreAvailable);

@@ -76,7 +76,7 @@ pub type Decoder<T> =
 ///
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
 /// let rows = env
-///     .from_source(FileSource::<Person>::csv(dir.path()).with_dead_letters(), "people")
+///     .from_source(FileSource::<Person>::csv(dir.path()).with_dead_letters(), WatermarkStrategy::no_watermarks(), "people")
 ///     .collect();
 /// let result = env.execute("read people")?;
 /// let rows = rows.take();

@@ -42,7 +42,7 @@ impl SourceSplit for NumberSequenceSplit {
 /// ```
 /// use weir::prelude::*;
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
-/// let squares = env.from_source(GeneratorSource::new(10, |i| i * i), "squares").collect();
+/// let squares = env.from_source(GeneratorSource::new(10, |i| i * i), WatermarkStrategy::no_watermarks(), "squares").collect();
 /// // An unbounded one, throttled (for demos and tests): it runs until cancelled or stopped.
 /// let _ticks = GeneratorSource::unbounded(|i| i).with_rate_limit(100.0);
 /// env.execute("squares")?;
@@ -158,6 +158,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
         let Some(split) = self.splits.front_mut() else {
             return Ok(InputStatus::NothingAvailable);
         };
+        output.for_split(&split.split_id());
         let n = allowed.min(split.end - split.next);
         let (from, f) = (split.next, &self.f);
         for i in from..from + n {
@@ -166,6 +167,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
         split.next += n;
         self.limiter.record(n);
         if split.next == split.end {
+            output.release_split(&split.split_id());
             self.splits.finish_front(&self.context);
         }
         Ok(InputStatus::MoreAvailable)

@@ -55,7 +55,7 @@ pub enum InputStatus {
 /// /// Reads any source to the end and returns how many records it had.
 /// fn count_records<S: Source>(source: S) -> Result<u64, WeirError> {
 ///     let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
-///     env.from_source(source, "input").sink_to(DiscardingSink, "discard");
+///     env.from_source(source, WatermarkStrategy::no_watermarks(), "input").sink_to(DiscardingSink, "discard");
 ///     let result = env.execute("count")?;
 ///     Ok(result.operator("Source: input").map_or(0, |o| o.records_out))
 /// }

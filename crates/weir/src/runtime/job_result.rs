@@ -17,7 +17,7 @@ use crate::time::Watermark;
 /// ```
 /// use weir::prelude::*;
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
-/// env.from_source(GeneratorSource::unbounded(|i| i).with_rate_limit(1000.0), "ticks")
+/// env.from_source(GeneratorSource::unbounded(|i| i).with_rate_limit(1000.0), WatermarkStrategy::no_watermarks(), "ticks")
 ///     .sink_to(DiscardingSink, "discard");
 /// let client = env.execute_async("ticks")?;
 /// assert_eq!(client.cancel()?.status, JobStatus::Cancelled);
@@ -55,6 +55,8 @@ pub struct OperatorSummary {
     /// The operator's event time at the end: the lowest watermark over its subtasks (`None`
     /// while a subtask has received none).
     pub watermark: Option<Watermark>,
+    /// Watermarks that went backwards and were ignored, over all subtasks.
+    pub backward_watermarks: u64,
 }
 
 /// The outcome of a job that ended without failing.

@@ -44,7 +44,7 @@ impl MiniCluster {
 /// use weir::prelude::*;
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
 /// env.enable_checkpointing(std::time::Duration::from_millis(20));
-/// env.from_source(GeneratorSource::unbounded(|i| i % 5).with_rate_limit(5000.0), "numbers")
+/// env.from_source(GeneratorSource::unbounded(|i| i % 5).with_rate_limit(5000.0), WatermarkStrategy::no_watermarks(), "numbers")
 ///     .key_by(|k: &u64| *k)
 ///     .count()
 ///     .sink_to(DiscardingSink, "discard");

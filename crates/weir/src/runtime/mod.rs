@@ -18,6 +18,7 @@ pub mod output;
 pub mod record_writer;
 pub mod snapshot;
 pub mod source_task;
+pub mod source_watermarks;
 pub mod stream_element;
 pub mod stream_type;
 pub mod task;

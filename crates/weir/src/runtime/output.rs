@@ -27,6 +27,8 @@ pub struct OperatorMetrics {
     pub records_dead_lettered: u64,
     /// The last watermark the operator received (a source: emitted), if any.
     pub watermark: Option<Watermark>,
+    /// Watermarks a generator emitted below its earlier ones, which were ignored.
+    pub backward_watermarks: u64,
 }
 
 /// Where an operator writes: records, and watermarks in order with them. The lifecycle
@@ -39,6 +41,13 @@ pub trait Output<T>: Send {
     fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError>;
     /// Emits a watermark, after every record emitted before it.
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError>;
+    /// The records that follow come from source split `split`, which keeps its own
+    /// watermark (source readers; elsewhere nothing).
+    fn enter_split(&mut self, _split: &str) {}
+    /// Source split `split` is finished: it no longer holds the watermark back.
+    fn release_split(&mut self, _split: &str) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
@@ -90,6 +99,24 @@ impl<'a, T> Collector<'a, T> {
     pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) {
         if self.error.is_none() {
             if let Err(e) = self.output.collect_with_timestamp(record, timestamp) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    /// The records that follow come from split `split_id` (source readers): each split has
+    /// its own watermark generator, and the source emits the minimum over its active splits,
+    /// as Flink's `ReaderOutput::createOutputForSplit`. Readers that never name a split have
+    /// one implicit split.
+    pub fn for_split(&mut self, split_id: &str) {
+        self.output.enter_split(split_id);
+    }
+
+    /// Split `split_id` is finished (Flink's `releaseOutputForSplit`): its watermark no
+    /// longer holds the source's back.
+    pub fn release_split(&mut self, split_id: &str) {
+        if self.error.is_none() {
+            if let Err(e) = self.output.release_split(split_id) {
                 self.error = Some(e);
             }
         }

@@ -14,7 +14,7 @@ use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::{InputEnd, StreamElement, StreamEvent};
 use crate::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
-use crate::time::Watermark;
+use crate::time::{Watermark, WatermarkStatus};
 
 /// How a writer picks the channel of each record.
 pub enum ChannelSelector<T> {
@@ -167,6 +167,13 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
         _rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
         self.emit_event(&StreamEvent::Watermark(watermark))
+    }
+    fn process_watermark_status(
+        &mut self,
+        status: WatermarkStatus,
+        _rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        self.emit_event(&StreamEvent::WatermarkStatus(status))
     }
     fn end_input(&mut self, _cause: InputEnd, _rest: &mut ChainTail) -> Result<(), TaskError> {
         Ok(())

@@ -30,15 +30,18 @@ use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::channel::CancelToken;
 use crate::runtime::operator_factory::{SourceCoordinatorRunner, SourceFactory};
-use crate::runtime::output::{call_user, call_with_collector, user_error, OperatorMetrics};
+use crate::runtime::output::{
+    call_user, call_with_collector, user_error, Collector, OperatorMetrics,
+};
 use crate::runtime::snapshot::{
     await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
     OperatorSnapshot, StopOutcome,
 };
+use crate::runtime::source_watermarks::{SourceOutput, SourceWatermarks};
 use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
-use crate::time::Watermark;
+use crate::time::{Watermark, WatermarkStrategy};
 
 /// Name of the operator list state holding a reader's splits (Flink's `SourceReaderState`).
 pub const READER_SPLITS_STATE: &str = "source-reader-splits";
@@ -89,9 +92,63 @@ pub struct SourceTask<S: Source> {
     aborted: BTreeSet<u64>,
     /// The newest checkpoint this reader took.
     last_checkpoint: u64,
+    /// Event time per split, when the source has a watermark strategy.
+    watermarks: Option<SourceWatermarks<S::Output>>,
+    /// How often the splits' generators emit periodically (`None`: never).
+    watermark_interval: Option<Duration>,
+    /// When they emit next.
+    next_watermark: Instant,
 }
 
 impl<S: Source> SourceTask<S> {
+    /// Runs the periodic watermark emission if it is due.
+    fn emit_periodic_watermarks(&mut self) -> Result<(), TaskError> {
+        let (Some(watermarks), Some(interval)) = (&mut self.watermarks, self.watermark_interval)
+        else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if now < self.next_watermark {
+            return Ok(());
+        }
+        self.next_watermark = now + interval;
+        watermarks.on_periodic_emit(now);
+        let (status, watermark) = watermarks.combine();
+        if let Some(status) = status {
+            self.chain.emit_watermark_status(status)?;
+        }
+        if let Some(watermark) = watermark {
+            self.chain.process_watermark(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Lets the reader emit what it has into the chain; returns its status.
+    fn poll_reader(&mut self) -> Result<InputStatus, TaskError> {
+        let mut status = InputStatus::NothingAvailable;
+        let reader = &mut self.reader;
+        let mut poll = |out: &mut Collector<'_, S::Output>| {
+            status = reader.poll_next(out)?;
+            Ok::<(), BoxError>(())
+        };
+        let chain = self
+            .chain
+            .entry_output(&mut self.buffer, &mut self.records_out);
+        match &mut self.watermarks {
+            None => {
+                let mut output = chain;
+                call_with_collector(&self.name, &mut output, &mut poll)?;
+                output.flush()?;
+            }
+            Some(watermarks) => {
+                let mut output = SourceOutput::new(chain, watermarks);
+                call_with_collector(&self.name, &mut output, &mut poll)?;
+                output.flush()?;
+            }
+        }
+        Ok(status)
+    }
+
     fn on_message(
         &mut self,
         message: ReaderMessage<S::Split>,
@@ -250,9 +307,16 @@ impl<S: Source> SourceTask<S> {
         }
     }
 
-    /// Waits until the reader may have data again, a message arrives, or the job is cancelled.
+    /// Waits until the reader may have data again, a message arrives, the next periodic
+    /// watermark is due, or the job is cancelled.
     fn wait_for_data(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
-        let delay = self.reader.poll_delay();
+        let mut delay = self.reader.poll_delay();
+        if self.watermarks.is_some() && self.watermark_interval.is_some() {
+            delay = delay.min(
+                self.next_watermark
+                    .saturating_duration_since(Instant::now()),
+            );
+        }
         select! {
             recv(self.endpoint.messages) -> msg => {
                 let message = msg.map_err(|_| coordinator_gone(env))?;
@@ -309,16 +373,8 @@ impl<S: Source> Invokable for SourceTask<S> {
             if self.stop_at.is_some() {
                 continue;
             }
-            let mut status = InputStatus::NothingAvailable;
-            let reader = &mut self.reader;
-            let mut output = self
-                .chain
-                .entry_output(&mut self.buffer, &mut self.records_out);
-            call_with_collector(&self.name, &mut output, |out| {
-                status = reader.poll_next(out)?;
-                Ok::<(), BoxError>(())
-            })?;
-            output.flush()?;
+            let status = self.poll_reader()?;
+            self.emit_periodic_watermarks()?;
             match status {
                 InputStatus::MoreAvailable => {
                     let now = Instant::now();
@@ -367,7 +423,14 @@ impl<S: Source> Invokable for SourceTask<S> {
             records_out: self.records_out,
             records_skipped: self.malformed.skipped(),
             records_dead_lettered: self.malformed.dead_lettered(),
-            watermark: self.chain.entry_watermark(),
+            watermark: self
+                .chain
+                .entry_watermark()
+                .max(self.watermarks.as_ref().and_then(|w| w.current())),
+            backward_watermarks: self
+                .watermarks
+                .as_ref()
+                .map_or(0, |w| w.backward_watermarks()),
         });
         self.chain.report_metrics(into);
     }
@@ -479,15 +542,16 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
     }
 }
 
-/// The [`SourceFactory`] of a [`Source`].
-pub struct SourceOperatorFactory<S> {
+/// The [`SourceFactory`] of a [`Source`] with its watermark strategy.
+pub struct SourceOperatorFactory<S: Source> {
     source: S,
+    strategy: WatermarkStrategy<S::Output>,
 }
 
 impl<S: Source> SourceOperatorFactory<S> {
-    /// Wraps `source`.
-    pub fn new(source: S) -> Self {
-        Self { source }
+    /// Wraps `source`, whose event time follows `strategy`.
+    pub fn new(source: S, strategy: WatermarkStrategy<S::Output>) -> Self {
+        Self { source, strategy }
     }
 }
 
@@ -579,6 +643,10 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             stop_at: None,
             aborted: BTreeSet::new(),
             last_checkpoint: 0,
+            watermarks: (self.strategy.has_watermarks() || self.strategy.has_timestamp_assigner())
+                .then(|| SourceWatermarks::new(self.strategy.clone())),
+            watermark_interval: Some(setup.config.auto_watermark_interval).filter(|i| !i.is_zero()),
+            next_watermark: Instant::now(),
         }))
     }
 

@@ -1,5 +1,9 @@
-//! Event time: timestamps and watermarks.
+//! Event time: timestamps, watermarks and how sources generate them.
 
+pub mod generator;
+pub mod strategy;
 pub mod watermark;
 
+pub use generator::{BoundedOutOfOrderness, WatermarkGenerator, WatermarkOutput};
+pub use strategy::{TimestampAssigner, WatermarkStrategy};
 pub use watermark::{Watermark, WatermarkStatus};

@@ -5,6 +5,18 @@ use serde::{Deserialize, Serialize};
 /// A watermark at `timestamp` (milliseconds of event time): every record that follows has a
 /// timestamp above it, and event-time windows and timers up to it may fire (Flink's
 /// `Watermark`).
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(10, |i| i).map(|i| i * 2).sink_to(DiscardingSink, "out");
+/// let result = env.execute("ends")?;
+/// // The end of a bounded input is the end of event time: every window and timer fires.
+/// assert_eq!(result.operator("Map").unwrap().watermark, Some(Watermark::MAX));
+/// assert!(Watermark::new(1_000) < Watermark::MAX);
+/// assert_eq!(Watermark::MAX.to_string(), "end of time");
+/// # Ok::<(), WeirError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Watermark {
     /// Event time in milliseconds, inclusive: records at or below it are late.

@@ -9,7 +9,7 @@ use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
 use crate::runtime::output::Output;
-use crate::time::Watermark;
+use crate::time::{Watermark, WatermarkStatus};
 
 /// Where a chained operator writes: its successors in the chain (operators or record
 /// writers), or nothing when it ends the chain.
@@ -116,6 +116,16 @@ impl<'a, T: Record> ChainOutput<'a, T> {
         }
         *self.records_out += self.buffer.len() as u64;
         forward_batch(self.successors, self.rest, self.buffer)
+    }
+
+    /// Passes a change of watermark status on, after the records gathered so far.
+    pub fn emit_watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        self.flush()?;
+        for &offset in self.successors {
+            let (node, after) = successor(self.rest, offset)?;
+            node.process_watermark_status(status, after)?;
+        }
+        Ok(())
     }
 
     /// Emits a watermark after the records gathered so far.

@@ -54,6 +54,12 @@ pub trait ChainedNode: Send {
         watermark: Watermark,
         rest: &mut ChainTail,
     ) -> Result<(), TaskError>;
+    /// Passes a change of watermark status on (operators forward it; record writers send it).
+    fn process_watermark_status(
+        &mut self,
+        status: WatermarkStatus,
+        rest: &mut ChainTail,
+    ) -> Result<(), TaskError>;
     /// The node's input has ended (its predecessor ended before it).
     fn end_input(&mut self, cause: InputEnd, rest: &mut ChainTail) -> Result<(), TaskError>;
     /// Work before checkpoint `checkpoint_id`'s barrier leaves the task: what the node emits
@@ -207,9 +213,16 @@ impl OperatorChain {
         Ok(())
     }
 
-    /// Passes a change of the task's watermark status to the tasks downstream.
+    /// Passes a change of the task's watermark status down the chain to the tasks
+    /// downstream.
     pub fn emit_watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
-        self.broadcast_event(&StreamEvent::WatermarkStatus(status))
+        for &e in &self.entry {
+            let (node, rest) = self.nodes[e..]
+                .split_first_mut()
+                .ok_or_else(|| TaskError::Internal("operator chain entry out of range".into()))?;
+            node.process_watermark_status(status, rest)?;
+        }
+        Ok(())
     }
 
     /// Ends the input of every operator, in list order: each has received everything its

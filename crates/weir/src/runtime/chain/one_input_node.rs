@@ -15,7 +15,7 @@ use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::{InputEnd, StreamEvent};
 use crate::runtime::task::OperatorSetup;
-use crate::time::Watermark;
+use crate::time::{Watermark, WatermarkStatus};
 
 /// A one-input operator in a chain.
 pub struct OneInputNode<I, O, Op> {
@@ -122,6 +122,15 @@ where
         out.flush()
     }
 
+    fn process_watermark_status(
+        &mut self,
+        status: WatermarkStatus,
+        rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        let (_, mut out) = operator_and_output!(self, rest);
+        out.emit_watermark_status(status)
+    }
+
     fn end_input(&mut self, cause: InputEnd, rest: &mut ChainTail) -> Result<(), TaskError> {
         let (operator, mut out) = operator_and_output!(self, rest);
         operator.end_input(cause, &mut out)?;
@@ -171,6 +180,10 @@ where
             records_skipped: 0,
             records_dead_lettered: 0,
             watermark: (self.watermark != Watermark::MIN).then_some(self.watermark),
+            backward_watermarks: 0,
         });
+        if let Some(metrics) = into.last_mut() {
+            self.operator.add_metrics(metrics);
+        }
     }
 }

@@ -95,6 +95,8 @@ pub trait StreamOperator: Send {
     ) -> Result<(), TaskError> {
         Ok(())
     }
+    /// Adds what the operator counts itself to its metrics.
+    fn add_metrics(&self, _metrics: &mut crate::runtime::output::OperatorMetrics) {}
     /// The stream has ended (after the end of input and the final checkpoint, if any):
     /// releases resources.
     fn close(&mut self) -> Result<(), TaskError> {
