@@ -26,7 +26,7 @@ impl SourceSplit for TimeSplit {
     }
 }
 
-/// Reads all its splits round-robin, ten records per split and poll.
+/// Reads all its splits round-robin, ten records per split and millisecond.
 #[derive(Clone)]
 struct QuietingSource {
     splits: Vec<TimeSplit>,
@@ -34,6 +34,7 @@ struct QuietingSource {
 
 struct QuietingReader {
     splits: Vec<TimeSplit>,
+    next_poll: std::time::Instant,
 }
 
 impl Source for QuietingSource {
@@ -60,7 +61,10 @@ impl Source for QuietingSource {
         for _ in 0..self.splits.len() {
             context.send_split_request();
         }
-        Ok(QuietingReader { splits: Vec::new() })
+        Ok(QuietingReader {
+            splits: Vec::new(),
+            next_poll: std::time::Instant::now(),
+        })
     }
 }
 
@@ -72,6 +76,11 @@ impl SourceReader for QuietingReader {
         &mut self,
         output: &mut Collector<'_, (String, i64)>,
     ) -> Result<InputStatus, BoxError> {
+        let now = std::time::Instant::now();
+        if now < self.next_poll {
+            return Ok(InputStatus::NothingAvailable);
+        }
+        self.next_poll = now + Duration::from_millis(1);
         let mut emitted = false;
         for split in &mut self.splits {
             output.for_split(&split.name);
@@ -109,9 +118,9 @@ fn split(name: &str, step: i64, last: i64) -> TimeSplit {
     }
 }
 
-/// Runs a busy split (timestamps up to 100 000) beside a quiet one (a single record at 0),
-/// cancels the job once both have gone quiet, and returns the watermark the operator after
-/// a shuffle reached.
+/// Runs a busy split (timestamps up to 100 000, for about 100 ms) beside a quiet one (a
+/// single record at 0), cancels the job once both have gone quiet, and returns the watermark
+/// the operator after a shuffle reached.
 fn watermark_after_quiet_split(idleness: Option<Duration>) -> Option<Watermark> {
     let config = ExecutionConfig::default()
         .with_parallelism(1)

@@ -70,16 +70,42 @@ impl<T> RecordBatch<T> {
     #[inline]
     pub fn push(&mut self, record: T, timestamp: Option<i64>) {
         match timestamp {
-            Some(t) => {
-                if self.timestamps.len() < self.records.len() {
-                    self.timestamps.resize(self.records.len(), NO_TIMESTAMP);
-                }
-                self.timestamps.push(t);
-            }
-            None if !self.timestamps.is_empty() => self.timestamps.push(NO_TIMESTAMP),
-            None => {}
+            Some(t) => self.push_with_timestamp(record, t),
+            None => self.push_without_timestamp(record),
+        }
+    }
+
+    /// Appends a record with a timestamp.
+    #[inline]
+    pub fn push_with_timestamp(&mut self, record: T, timestamp: i64) {
+        if self.timestamps.len() < self.records.len() {
+            self.timestamps.resize(self.records.len(), NO_TIMESTAMP);
+        }
+        self.timestamps.push(timestamp);
+        self.records.push(record);
+    }
+
+    /// Appends a record without a timestamp.
+    #[inline]
+    pub fn push_without_timestamp(&mut self, record: T) {
+        if !self.timestamps.is_empty() {
+            self.timestamps.push(NO_TIMESTAMP);
         }
         self.records.push(record);
+    }
+
+    /// Whether any record of the batch has a timestamp.
+    #[inline]
+    pub fn has_timestamps(&self) -> bool {
+        !self.timestamps.is_empty()
+    }
+
+    /// Takes the records out in order, for a batch without timestamps (the fast path of
+    /// jobs without event time); any timestamps are dropped.
+    #[inline]
+    pub fn drain_records(&mut self) -> std::vec::Drain<'_, T> {
+        self.timestamps.clear();
+        self.records.drain(..)
     }
 
     /// Removes every record, keeping the allocations.
@@ -88,25 +114,15 @@ impl<T> RecordBatch<T> {
         self.timestamps.clear();
     }
 
-    /// Takes the records out in order with their timestamps, stopping at the first error
-    /// (the rest are dropped); the batch is left empty with its allocations.
+    /// Takes the records out in order with their timestamps; the batch is left empty with
+    /// its allocations (also when the iterator is dropped early).
     #[inline]
-    pub fn drain_each<E>(
-        &mut self,
-        mut f: impl FnMut(T, Option<i64>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        if self.timestamps.is_empty() {
-            return self.records.drain(..).try_for_each(|r| f(r, None));
+    pub fn drain(&mut self) -> Drain<'_, T> {
+        Drain {
+            records: self.records.drain(..),
+            timestamps: &mut self.timestamps,
+            index: 0,
         }
-        let timestamps = std::mem::take(&mut self.timestamps);
-        let result = self
-            .records
-            .drain(..)
-            .zip(timestamps.iter())
-            .try_for_each(|(r, &t)| f(r, (t != NO_TIMESTAMP).then_some(t)));
-        self.timestamps = timestamps;
-        self.timestamps.clear();
-        result
     }
 
     /// The records, without their timestamps.
@@ -115,19 +131,45 @@ impl<T> RecordBatch<T> {
     }
 }
 
+/// The records of a batch with their timestamps, in order (see [`RecordBatch::drain`]).
+pub struct Drain<'a, T> {
+    records: std::vec::Drain<'a, T>,
+    timestamps: &'a mut Vec<i64>,
+    index: usize,
+}
+
+impl<T> Iterator for Drain<'_, T> {
+    type Item = (T, Option<i64>);
+
+    #[inline]
+    fn next(&mut self) -> Option<(T, Option<i64>)> {
+        let record = self.records.next()?;
+        let timestamp = self
+            .timestamps
+            .get(self.index)
+            .copied()
+            .filter(|t| *t != NO_TIMESTAMP);
+        self.index += 1;
+        Some((record, timestamp))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.records.size_hint()
+    }
+}
+
+impl<T> Drop for Drain<'_, T> {
+    fn drop(&mut self) {
+        self.timestamps.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn drained<T>(batch: &mut RecordBatch<T>) -> Vec<(T, Option<i64>)> {
-        let mut out = Vec::new();
-        batch
-            .drain_each(|r, t| {
-                out.push((r, t));
-                Ok::<(), ()>(())
-            })
-            .unwrap();
-        out
+        batch.drain().collect()
     }
 
     #[test]
@@ -158,20 +200,13 @@ mod tests {
     }
 
     #[test]
-    fn an_error_stops_the_drain_and_empties_the_batch() {
+    fn a_drain_dropped_early_empties_the_batch() {
         let mut batch = RecordBatch::default();
         (0..5).for_each(|i| batch.push(i, Some(i)));
-        let mut seen = 0;
-        let result = batch.drain_each(|r, _| {
-            seen += 1;
-            if r == 2 {
-                Err("stop")
-            } else {
-                Ok(())
-            }
-        });
-        assert_eq!(result, Err("stop"));
-        assert_eq!(seen, 3);
+        let first: Vec<_> = batch.drain().take(2).collect();
+        assert_eq!(first, [(0, Some(0)), (1, Some(1))]);
         assert!(batch.is_empty());
+        batch.push(9, None);
+        assert_eq!(drained(&mut batch), [(9, None)]);
     }
 }

@@ -159,7 +159,16 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
         let batch = batch.downcast_mut::<RecordBatch<T>>().ok_or_else(|| {
             TaskError::Internal("a record writer received records of another type".into())
         })?;
-        batch.drain_each(|record, timestamp| self.collect(record, timestamp))
+        if batch.has_timestamps() {
+            for (record, timestamp) in batch.drain() {
+                self.collect(record, timestamp)?;
+            }
+        } else {
+            for record in batch.drain_records() {
+                self.collect(record, None)?;
+            }
+        }
+        Ok(())
     }
     fn process_watermark(
         &mut self,

@@ -80,7 +80,10 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Emits one record, with the current timestamp.
     #[inline]
     pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
-        self.buffer.push(record, self.timestamp);
+        match self.timestamp {
+            None => self.buffer.push_without_timestamp(record),
+            Some(t) => self.buffer.push_with_timestamp(record, t),
+        }
         if self.buffer.len() >= self.batch_size {
             self.flush()?;
         }
@@ -90,7 +93,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Emits one record with event timestamp `timestamp`.
     #[inline]
     pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
-        self.buffer.push(record, Some(timestamp));
+        self.buffer.push_with_timestamp(record, timestamp);
         if self.buffer.len() >= self.batch_size {
             self.flush()?;
         }

@@ -104,10 +104,16 @@ where
         })?;
         self.records_in += batch.len() as u64;
         let (operator, mut out) = operator_and_output!(self, rest);
-        batch.drain_each(|record, timestamp| {
-            out.set_timestamp(timestamp);
-            operator.process_element(record, &mut out)
-        })?;
+        if batch.has_timestamps() {
+            for (record, timestamp) in batch.drain() {
+                out.set_timestamp(timestamp);
+                operator.process_element(record, &mut out)?;
+            }
+        } else {
+            for record in batch.drain_records() {
+                operator.process_element(record, &mut out)?;
+            }
+        }
         out.flush()
     }
 
