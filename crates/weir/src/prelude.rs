@@ -55,4 +55,6 @@ pub use crate::runtime::job_result::{JobExecutionResult, JobStatus};
 pub use crate::runtime::mini_cluster::JobClient;
 pub use crate::runtime::output::Collector;
 pub use crate::state::{AggregatingState, ListState, MapState, ReducingState, ValueState};
-pub use crate::time::{Watermark, WatermarkGenerator, WatermarkOutput, WatermarkStrategy};
+pub use crate::time::{
+    TimeDomain, TimerService, Watermark, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
+};

@@ -14,6 +14,8 @@ pub enum GateNext<T, C> {
     Element(usize, StreamElement<T>),
     /// A message from the side channel watched alongside the inputs.
     Other(C),
+    /// The deadline passed first.
+    Timeout,
 }
 
 struct InputChannel<T> {
@@ -119,8 +121,12 @@ impl<T> InputGate<T> {
     }
 
     /// The next element of a readable channel, waiting for one, for a message on `side`,
-    /// or for cancellation.
-    pub fn next_blocking<C>(&mut self, side: &Receiver<C>) -> Result<GateNext<T, C>, TaskError> {
+    /// for cancellation, or until `deadline`.
+    pub fn next_blocking<C>(
+        &mut self,
+        side: &Receiver<C>,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<GateNext<T, C>, TaskError> {
         if let Some((channel, element)) = self.poll()? {
             return Ok(GateNext::Element(channel, element));
         }
@@ -133,7 +139,13 @@ impl<T> InputGate<T> {
         for &i in &readable {
             select.recv(&self.channels[i].receiver.rx);
         }
-        let operation = select.select();
+        let operation = match deadline {
+            None => select.select(),
+            Some(deadline) => match select.select_deadline(deadline) {
+                Ok(operation) => operation,
+                Err(_) => return Ok(GateNext::Timeout),
+            },
+        };
         let index = operation.index();
         if index == cancel_index {
             let _ = operation.recv(self.cancel.receiver());
@@ -193,7 +205,7 @@ mod tests {
         let (_tx, rx) = channel::<u32>(1);
         let mut gate = InputGate::new(vec![rx], cancel);
         let (_side_tx, side) = crossbeam_channel::unbounded::<()>();
-        let t = std::thread::spawn(move || gate.next_blocking(&side).map(|_| ()));
+        let t = std::thread::spawn(move || gate.next_blocking(&side, None).map(|_| ()));
         std::thread::sleep(std::time::Duration::from_millis(20));
         drop(handle);
         assert!(matches!(t.join().unwrap(), Err(TaskError::Cancelled)));
@@ -209,7 +221,7 @@ mod tests {
             .unwrap();
         drop(tx0);
         let (_side_tx, side) = crossbeam_channel::unbounded::<()>();
-        let GateNext::Element(ch, _) = gate.next_blocking(&side).unwrap() else {
+        let GateNext::Element(ch, _) = gate.next_blocking(&side, None).unwrap() else {
             panic!("expected an element")
         };
         gate.mark_finished(ch);
@@ -217,7 +229,7 @@ mod tests {
         assert_eq!(gate.open_flags(), vec![false, true]);
         drop(tx1);
         assert!(matches!(
-            gate.next_blocking(&side),
+            gate.next_blocking(&side, None),
             Err(TaskError::ChannelClosed { .. })
         ));
     }

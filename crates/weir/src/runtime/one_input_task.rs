@@ -10,8 +10,8 @@ use crate::runtime::chain::OperatorChain;
 use crate::runtime::input_gate::{GateNext, InputGate};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{
-    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
-    StopOutcome,
+    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, fire_due_processing_timers,
+    CheckpointNotification, StopOutcome,
 };
 use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
@@ -123,6 +123,11 @@ impl<T: Record> OneInputStreamTask<T> {
             }
             TaskControl::Stop => Err(TaskError::Cancelled),
         }
+    }
+
+    /// Fires the chain's processing-time timers that are due; returns when the next one is.
+    fn fire_due_timers(&mut self) -> Result<Option<Instant>, TaskError> {
+        fire_due_processing_timers(&mut self.chain)
     }
 
     /// Passes what the watermark valve let through to the chain.
@@ -278,17 +283,19 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
             while let Ok(control) = env.control.try_recv() {
                 self.on_control(control, &mut handler)?;
             }
+            let timer_deadline = self.fire_due_timers()?;
             let (channel, element) = match self.gate.poll()? {
                 Some(ready) => ready,
                 None => {
                     self.chain.flush()?;
                     flush_deadline = Instant::now() + self.buffer_timeout;
-                    match self.gate.next_blocking(&env.control)? {
+                    match self.gate.next_blocking(&env.control, timer_deadline)? {
                         GateNext::Element(channel, element) => (channel, element),
                         GateNext::Other(control) => {
                             self.on_control(control, &mut handler)?;
                             continue;
                         }
+                        GateNext::Timeout => continue,
                     }
                 }
             };

@@ -184,6 +184,12 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
     ) -> Result<(), TaskError> {
         self.emit_event(&StreamEvent::WatermarkStatus(status))
     }
+    fn next_processing_time(&self) -> Option<i64> {
+        None
+    }
+    fn on_processing_time(&mut self, _time: i64, _rest: &mut ChainTail) -> Result<(), TaskError> {
+        Ok(())
+    }
     fn end_input(&mut self, _cause: InputEnd, _rest: &mut ChainTail) -> Result<(), TaskError> {
         Ok(())
     }

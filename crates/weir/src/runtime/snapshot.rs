@@ -124,6 +124,22 @@ pub fn now_millis() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Fires `chain`'s processing-time timers that are due (on the task thread, between
+/// records); returns when the next one is, for the task's next wait.
+pub fn fire_due_processing_timers(chain: &mut OperatorChain) -> Result<Option<Instant>, TaskError> {
+    let Some(next) = chain.next_processing_time() else {
+        return Ok(None);
+    };
+    let now = i64::try_from(now_millis()).unwrap_or(i64::MAX);
+    if now >= next {
+        chain.fire_processing_timers(now)?;
+    }
+    Ok(chain.next_processing_time().map(|next| {
+        let wait = u64::try_from(next.saturating_sub(now)).unwrap_or(0);
+        Instant::now() + Duration::from_millis(wait)
+    }))
+}
+
 /// Takes checkpoint `barrier` at a task running `chain`: the chain's operators do their
 /// pre-barrier work, the barrier leaves on every record writer, every operator's state is
 /// frozen, and the write is handed to a snapshot thread. `extra` holds state taken before

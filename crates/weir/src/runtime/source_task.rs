@@ -34,8 +34,8 @@ use crate::runtime::output::{
     call_user, call_with_collector, user_error, Collector, OperatorMetrics,
 };
 use crate::runtime::snapshot::{
-    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, CheckpointNotification,
-    OperatorSnapshot, StopOutcome,
+    await_final_checkpoint, await_stop_savepoint, checkpoint_chain, fire_due_processing_timers,
+    CheckpointNotification, OperatorSnapshot, StopOutcome,
 };
 use crate::runtime::source_watermarks::{SourceOutput, SourceWatermarks};
 use crate::runtime::stream_element::CheckpointBarrier;
@@ -98,6 +98,8 @@ pub struct SourceTask<S: Source> {
     watermark_interval: Option<Duration>,
     /// When they emit next.
     next_watermark: Instant,
+    /// When the chain's next processing-time timer is due.
+    timer_deadline: Option<Instant>,
 }
 
 impl<S: Source> SourceTask<S> {
@@ -317,6 +319,9 @@ impl<S: Source> SourceTask<S> {
                     .saturating_duration_since(Instant::now()),
             );
         }
+        if let Some(deadline) = self.timer_deadline {
+            delay = delay.min(deadline.saturating_duration_since(Instant::now()));
+        }
         select! {
             recv(self.endpoint.messages) -> msg => {
                 let message = msg.map_err(|_| coordinator_gone(env))?;
@@ -375,6 +380,7 @@ impl<S: Source> Invokable for SourceTask<S> {
             }
             let status = self.poll_reader()?;
             self.emit_periodic_watermarks()?;
+            self.timer_deadline = fire_due_processing_timers(&mut self.chain)?;
             match status {
                 InputStatus::MoreAvailable => {
                     let now = Instant::now();
@@ -647,6 +653,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
                 .then(|| SourceWatermarks::new(self.strategy.clone())),
             watermark_interval: Some(setup.config.auto_watermark_interval).filter(|i| !i.is_zero()),
             next_watermark: Instant::now(),
+            timer_deadline: None,
         }))
     }
 

@@ -60,6 +60,10 @@ pub trait ChainedNode: Send {
         status: WatermarkStatus,
         rest: &mut ChainTail,
     ) -> Result<(), TaskError>;
+    /// The earliest processing time at which the node has a timer to fire.
+    fn next_processing_time(&self) -> Option<i64>;
+    /// The wall clock reached `time`: the node fires its processing-time timers due.
+    fn on_processing_time(&mut self, time: i64, rest: &mut ChainTail) -> Result<(), TaskError>;
     /// The node's input has ended (its predecessor ended before it).
     fn end_input(&mut self, cause: InputEnd, rest: &mut ChainTail) -> Result<(), TaskError>;
     /// Work before checkpoint `checkpoint_id`'s barrier leaves the task: what the node emits
@@ -223,6 +227,22 @@ impl OperatorChain {
             node.process_watermark_status(status, rest)?;
         }
         Ok(())
+    }
+
+    /// The earliest processing time at which an operator of the chain has a timer to fire.
+    pub fn next_processing_time(&self) -> Option<i64> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.next_processing_time())
+            .min()
+    }
+
+    /// Fires the processing-time timers due at `time` (milliseconds since the Unix epoch),
+    /// operator by operator in list order.
+    pub fn fire_processing_timers(&mut self, time: i64) -> Result<(), TaskError> {
+        for_each_in_order(&mut self.nodes, |node, rest| {
+            node.on_processing_time(time, rest)
+        })
     }
 
     /// Ends the input of every operator, in list order: each has received everything its

@@ -137,6 +137,16 @@ where
         out.emit_watermark_status(status)
     }
 
+    fn next_processing_time(&self) -> Option<i64> {
+        self.operator.next_processing_time()
+    }
+
+    fn on_processing_time(&mut self, time: i64, rest: &mut ChainTail) -> Result<(), TaskError> {
+        let (operator, mut out) = operator_and_output!(self, rest);
+        operator.on_processing_time(time, &mut out)?;
+        out.flush()
+    }
+
     fn end_input(&mut self, cause: InputEnd, rest: &mut ChainTail) -> Result<(), TaskError> {
         let (operator, mut out) = operator_and_output!(self, rest);
         operator.end_input(cause, &mut out)?;

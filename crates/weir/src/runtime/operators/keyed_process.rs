@@ -18,6 +18,8 @@ use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::operator_state::OperatorStateBackend;
+use crate::state::timers::{InternalTimerService, TimeDomain};
+use crate::time::Watermark;
 
 /// Runs a keyed process function over the key groups of its subtask.
 pub struct KeyedProcessOperator<K, I, O, P> {
@@ -26,6 +28,7 @@ pub struct KeyedProcessOperator<K, I, O, P> {
     backend: HeapKeyedStateBackend<K>,
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
+    timers: InternalTimerService<K>,
     function: P,
     _output: std::marker::PhantomData<fn() -> O>,
 }
@@ -37,15 +40,58 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         function: P,
     ) -> Result<Self, TaskError> {
+        let mut backend = OperatorCore::keyed_backend(setup)?;
+        let timers = InternalTimerService::open(&mut backend)?;
         Ok(Self {
             core: OperatorCore::new(setup),
             key_selector,
-            backend: OperatorCore::keyed_backend(setup)?,
+            backend,
             operator_state: OperatorCore::operator_state(setup),
             end_of_input: EndOfInput::default(),
+            timers,
             function,
             _output: std::marker::PhantomData,
         })
+    }
+}
+
+impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>>
+    KeyedProcessOperator<K, I, O, P>
+{
+    /// Fires every timer of `domain` due at `time`, in time order, including those that
+    /// the firing ones register at or before `time`. What `on_timer` emits carries the
+    /// timer's timestamp for event time, none for processing time (as in Flink).
+    fn fire_timers(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let name = &self.core.name;
+        let state_error = |e: crate::error::StateError| in_operator(name, e.into());
+        while let Some((timestamp, key)) = self
+            .timers
+            .pop_due(&mut self.backend, domain, time)
+            .map_err(state_error)?
+        {
+            let slot = self.backend.resolve_key(&key).map_err(state_error)?;
+            let (function, core) = (&mut self.function, &self.core);
+            let (backend, timers) = (&mut self.backend, &mut self.timers);
+            out.set_timestamp((domain == TimeDomain::EventTime).then_some(timestamp));
+            call_with_collector(&core.name, out, |out| {
+                let mut ctx = KeyedContext {
+                    key: &key,
+                    slot,
+                    backend,
+                    timers,
+                    runtime: &core.runtime,
+                    timestamp: Some(timestamp),
+                    time_domain: Some(domain),
+                };
+                function.on_timer(timestamp, &mut ctx, out)
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -102,16 +148,43 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
             .backend
             .resolve_key(&key)
             .map_err(|e| in_operator(&self.core.name, e.into()))?;
-        let (function, core, backend) = (&mut self.function, &self.core, &mut self.backend);
+        let (function, core) = (&mut self.function, &self.core);
+        let (backend, timers) = (&mut self.backend, &mut self.timers);
+        let timestamp = out.timestamp();
         call_with_collector(&core.name, out, |out| {
             let mut ctx = KeyedContext {
                 key: &key,
                 slot,
                 backend,
+                timers,
                 runtime: &core.runtime,
+                timestamp,
+                time_domain: None,
             };
             function.process_element(record, &mut ctx, out)
         })
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.timers.set_watermark(watermark.timestamp);
+        self.fire_timers(TimeDomain::EventTime, watermark.timestamp, out)?;
+        out.emit_watermark(watermark)
+    }
+
+    fn next_processing_time(&self) -> Option<i64> {
+        self.timers.next_processing_time()
+    }
+
+    fn on_processing_time(
+        &mut self,
+        time: i64,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.fire_timers(TimeDomain::ProcessingTime, time, out)
     }
 
     fn end_input(
@@ -123,10 +196,12 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
             .end_of_input
             .ends_now(&self.core, &mut self.operator_state)?
         {
-            let (function, core, backend) = (&mut self.function, &self.core, &mut self.backend);
+            let (function, core) = (&mut self.function, &self.core);
+            let (backend, timers) = (&mut self.backend, &mut self.timers);
             call_with_collector(&core.name, out, |out| {
                 let mut ctx = KeyedEndContext {
                     backend,
+                    timers,
                     runtime: &core.runtime,
                 };
                 function.end_input(&mut ctx, out)

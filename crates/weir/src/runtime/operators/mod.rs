@@ -122,6 +122,19 @@ pub trait OneInputStreamOperator<I, O>: StreamOperator {
     {
         out.emit_watermark(watermark)
     }
+    /// The earliest processing time (milliseconds since the Unix epoch) at which the
+    /// operator has a timer to fire.
+    fn next_processing_time(&self) -> Option<i64> {
+        None
+    }
+    /// The wall clock reached `time`: fire the processing-time timers due.
+    fn on_processing_time(
+        &mut self,
+        _time: i64,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
     /// The input has ended: emit what is still held (Flink's `BoundedOneInput::endInput`).
     fn end_input(
         &mut self,
