@@ -87,6 +87,14 @@ pub enum GraphError {
         /// Second operator carrying it.
         second: String,
     },
+    /// A window operator's assigner cannot make windows as configured.
+    #[error("window operator `{operator}`: {reason}")]
+    InvalidWindow {
+        /// The window operator.
+        operator: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The API was used in a way that cannot form a valid graph.
     #[error("invalid use of the DataStream API: {0}")]
     InvalidApiUse(String),
@@ -164,6 +172,16 @@ pub enum TaskError {
     /// Keyed state failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// A record without an event timestamp reached an operator that works in event time.
+    #[error(
+        "a record has no event timestamp, but {what} works in event time: give the source a \
+         WatermarkStrategy with a timestamp assigner (`from_source(source, strategy, name)`), \
+         or call `assign_timestamps_and_watermarks` before it"
+    )]
+    MissingTimestamp {
+        /// What needed it.
+        what: &'static str,
+    },
     /// The runtime broke one of its own invariants (a bug in Weir).
     #[error("internal error: {0}")]
     Internal(String),

@@ -13,6 +13,7 @@ pub mod record;
 pub mod runtime;
 pub mod state;
 pub mod time;
+pub mod windowing;
 
 pub use api::data_stream::{DataStream, DataStreamSink};
 pub use api::environment::StreamExecutionEnvironment;
@@ -21,6 +22,7 @@ pub use api::functions::{
     ProcessFunction, RuntimeContext,
 };
 pub use api::keyed_stream::KeyedStream;
+pub use api::windowed_stream::WindowedStream;
 pub use checkpoint::config::{
     CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, RetentionOnCancel,
 };

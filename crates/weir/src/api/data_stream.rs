@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::api::functions::{ProcessFunction, RuntimeContext};
 use crate::api::graph_builder::{GraphBuilder, PartitionerSpec, PendingNode, Upstream};
 use crate::api::keyed_stream::KeyedStream;
+use crate::api::windowed_stream::WindowedStream;
 use crate::connectors::collect::{collect_sink, CollectHandle};
 use crate::connectors::print::PrintSink;
 use crate::connectors::sink::Sink;
@@ -26,6 +27,8 @@ use crate::runtime::operators::OneInputStreamOperator;
 use crate::runtime::output::Collector;
 use crate::runtime::stream_type::{SharedAny, TypeOf};
 use crate::runtime::task::OperatorSetup;
+use crate::windowing::assigners::WindowAssigner;
+use crate::windowing::trigger::Trigger;
 
 /// A stream of records of type `T`: the output of one operator, or of several (a union),
 /// possibly with a partitioning chosen for the next edge.
@@ -238,6 +241,52 @@ impl<T: Record> DataStream<T> {
         KeyedStream::new(
             self.with_partitioner(PartitionerSpec::Hash(shared)),
             selector,
+        )
+    }
+
+    /// Cuts the whole stream into the windows `assigner` makes, in one subtask (Flink's
+    /// `windowAll`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::windowing::TumblingEventTimeWindows;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let strategy = WatermarkStrategy::for_monotonous_timestamps()
+    ///     .with_timestamp_assigner(|t: &i64, _| *t);
+    /// let counts = env
+    ///     .from_source(CollectionSource::new(vec![1, 2, 11, 12, 13]), strategy, "times")
+    ///     .window_all(TumblingEventTimeWindows::of(Duration::from_millis(10)))
+    ///     .aggregate(Count)
+    ///     .collect();
+    /// env.execute("count per window")?;
+    /// assert_eq!(counts.take(), vec![2, 3]);
+    ///
+    /// #[derive(Clone)]
+    /// struct Count;
+    /// impl AggregateFunction<i64, u64, u64> for Count {
+    ///     fn create_accumulator(&self) -> u64 { 0 }
+    ///     fn add(&self, _: i64, acc: &mut u64) { *acc += 1 }
+    ///     fn get_result(&self, acc: &u64) -> u64 { *acc }
+    ///     fn merge(&self, a: u64, b: u64) -> u64 { a + b }
+    /// }
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn window_all<A>(&self, assigner: A) -> WindowedStream<T, (), A, A::DefaultTrigger>
+    where
+        A: WindowAssigner,
+        A::DefaultTrigger: Trigger<A::Window>,
+    {
+        let selector = Arc::new(FnKeySelector::new(|_: &T| ()));
+        let key_group_of: Arc<dyn KeyGroupOf<T>> = selector.clone();
+        let shared: SharedAny = Arc::new(key_group_of);
+        let selector: Arc<dyn KeySelector<T, Key = ()>> = selector;
+        WindowedStream::new(
+            self.with_partitioner(PartitionerSpec::Hash(shared)),
+            selector,
+            assigner,
+            A::DefaultTrigger::default(),
+            true,
         )
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::api::data_stream::DataStream;
 use crate::api::functions::{AggregateFunction, KeyedProcessFunction};
+use crate::api::windowed_stream::WindowedStream;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::{Key, Record};
 use crate::runtime::key_selector::KeySelector;
@@ -12,6 +13,8 @@ use crate::runtime::operators::rolling_aggregate::{
     CountAggregator, FunctionAggregator, ReduceAggregator, RollingAggregateOperator,
     RollingAggregator, SumAggregator,
 };
+use crate::windowing::assigners::{GlobalWindows, WindowAssigner};
+use crate::windowing::trigger::{CountTrigger, PurgingTrigger, Trigger};
 
 /// A stream whose records are routed by key, so that each key's records and state live in
 /// exactly one subtask. Made by [`DataStream::key_by`].
@@ -89,6 +92,54 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
     /// Folds each key's records with `f(accumulated, next)` and emits each new value.
     pub fn reduce<F: FnMut(T, T) -> T + Clone + Send + 'static>(&self, f: F) -> DataStream<T> {
         self.rolling("Keyed Reduce", ReduceAggregator::new(f))
+    }
+
+    /// Cuts each key's records into the windows `assigner` makes (Flink's `window`); pick a
+    /// window function on the result. See [`WindowedStream`].
+    pub fn window<A>(&self, assigner: A) -> WindowedStream<T, K, A, A::DefaultTrigger>
+    where
+        A: WindowAssigner,
+        A::DefaultTrigger: Trigger<A::Window>,
+    {
+        WindowedStream::new(
+            self.stream.clone(),
+            self.selector.clone(),
+            assigner,
+            A::DefaultTrigger::default(),
+            false,
+        )
+    }
+
+    /// Windows of `n` records per key (Flink's `countWindow`): global windows with a
+    /// count trigger that purges the window each time it fires.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let sums = env
+    ///     .generate(7, |i| (i % 2, i))
+    ///     .key_by(|r: &(u64, u64)| r.0)
+    ///     .count_window(2)
+    ///     .reduce(|a, b| (a.0, a.1 + b.1))
+    ///     .collect();
+    /// env.execute("pairs")?;
+    /// let mut sums = sums.take();
+    /// sums.sort();
+    /// // Evens 0 2 4 6 and odds 1 3 5: pairs fire, the leftover 6 never does.
+    /// assert_eq!(sums, vec![(0, 2), (0, 10), (1, 4)]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn count_window(
+        &self,
+        n: u64,
+    ) -> WindowedStream<T, K, GlobalWindows, PurgingTrigger<CountTrigger>> {
+        WindowedStream::new(
+            self.stream.clone(),
+            self.selector.clone(),
+            GlobalWindows,
+            PurgingTrigger::of(CountTrigger::of(n)),
+            false,
+        )
     }
 
     /// Runs a [`KeyedProcessFunction`] with the current key and keyed state.

@@ -5,3 +5,4 @@ pub mod environment;
 pub mod functions;
 pub(crate) mod graph_builder;
 pub mod keyed_stream;
+pub mod windowed_stream;

@@ -57,6 +57,8 @@ pub struct OperatorSummary {
     pub watermark: Option<Watermark>,
     /// Watermarks that went backwards and were ignored, over all subtasks.
     pub backward_watermarks: u64,
+    /// Records dropped as too late for every window, over all subtasks.
+    pub late_records_dropped: u64,
 }
 
 /// The outcome of a job that ended without failing.

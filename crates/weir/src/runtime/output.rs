@@ -29,6 +29,8 @@ pub struct OperatorMetrics {
     pub watermark: Option<Watermark>,
     /// Watermarks a generator emitted below its earlier ones, which were ignored.
     pub backward_watermarks: u64,
+    /// Records a window operator dropped as too late for every window.
+    pub late_records_dropped: u64,
 }
 
 /// Where an operator writes: records, and watermarks in order with them. The lifecycle

@@ -21,8 +21,8 @@ use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use crate::checkpoint::metadata::{ListRedistribution, ListStateEntry};
 use crate::connectors::malformed::MalformedRecordCounters;
 use crate::connectors::source::{
-    InputStatus, ReaderEvent, Source, SourceReader, SourceReaderContext, SplitAssignment,
-    SplitEnumerator, SplitEnumeratorContext,
+    InputStatus, ReaderEvent, Source, SourceReader, SourceReaderContext, SourceSplit,
+    SplitAssignment, SplitEnumerator, SplitEnumeratorContext,
 };
 use crate::error::{BoxError, TaskError};
 use crate::graph::ids::NodeId;
@@ -159,6 +159,7 @@ impl<S: Source> SourceTask<S> {
         let reader = &mut self.reader;
         match message {
             ReaderMessage::Assignment(SplitAssignment::AddSplits(splits)) => {
+                register_splits(&mut self.watermarks, &splits);
                 call_user(&self.name, || reader.add_splits(splits))?
                     .map_err(|e| user_error(&self.name, e))
             }
@@ -337,6 +338,17 @@ impl<S: Source> SourceTask<S> {
     }
 }
 
+/// Every split assigned to a reader holds its watermark back from the moment it is
+/// assigned, not only once it is read (as Flink's `SourceReaderBase`): a reader that reads its
+/// splits one after the other must not let the first one's event time run ahead of the rest.
+fn register_splits<T, S: SourceSplit>(watermarks: &mut Option<SourceWatermarks<T>>, splits: &[S]) {
+    if let Some(watermarks) = watermarks {
+        for split in splits {
+            watermarks.add_split(&split.split_id());
+        }
+    }
+}
+
 fn coordinator_gone(env: &TaskEnvironment) -> TaskError {
     if env.cancel.is_cancelled() {
         TaskError::Cancelled
@@ -351,6 +363,7 @@ impl<S: Source> Invokable for SourceTask<S> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         self.chain.open()?;
         if let Some(splits) = self.restored_splits.take() {
+            register_splits(&mut self.watermarks, &splits);
             let reader = &mut self.reader;
             call_user(&self.name, || reader.add_splits(splits))?
                 .map_err(|e| user_error(&self.name, e))?;
@@ -437,6 +450,7 @@ impl<S: Source> Invokable for SourceTask<S> {
                 .watermarks
                 .as_ref()
                 .map_or(0, |w| w.backward_watermarks()),
+            late_records_dropped: 0,
         });
         self.chain.report_metrics(into);
     }

@@ -23,6 +23,9 @@ struct SplitState {
     generator: Option<SplitGenerator>,
     watermark: i64,
     idle: bool,
+    /// Whether the reader has emitted for it (an assigned split counts before that only
+    /// once the reader names its splits).
+    entered: bool,
 }
 
 /// The event time of one source subtask (or of an operator assigning timestamps, which has
@@ -31,6 +34,8 @@ pub struct SourceWatermarks<T> {
     strategy: WatermarkStrategy<T>,
     splits: Vec<SplitState>,
     current: Option<usize>,
+    /// Whether the reader names the splits its records come from.
+    names_splits: bool,
     /// The last watermark passed on.
     output: i64,
     /// Whether the subtask announced itself idle.
@@ -48,6 +53,7 @@ impl<T> SourceWatermarks<T> {
             strategy,
             splits: Vec::new(),
             current: None,
+            names_splits: false,
             output: i64::MIN,
             idle: false,
             pending: false,
@@ -86,14 +92,27 @@ impl<T> SourceWatermarks<T> {
             generator,
             watermark: i64::MIN,
             idle: false,
+            entered: false,
         });
         self.pending = true;
         self.splits.len() - 1
     }
 
+    /// Split `id` was assigned: once the reader names its splits, it holds the watermark back
+    /// until it has records (or is idle, or released).
+    pub fn add_split(&mut self, id: &str) {
+        self.split_index(id);
+    }
+
     /// The records that follow come from split `id`.
     pub fn enter_split(&mut self, id: &str) {
-        self.current = Some(self.split_index(id));
+        let index = self.split_index(id);
+        self.splits[index].entered = true;
+        if !self.names_splits {
+            self.names_splits = true;
+            self.pending = true;
+        }
+        self.current = Some(index);
     }
 
     /// Split `id` is finished: it no longer holds the watermark back.
@@ -117,7 +136,9 @@ impl<T> SourceWatermarks<T> {
             let index = match self.current {
                 Some(i) => i,
                 None => {
+                    // A reader that does not name its splits: one implicit split.
                     let i = self.split_index("");
+                    self.splits[i].entered = true;
                     self.current = Some(i);
                     i
                 }
@@ -182,7 +203,11 @@ impl<T> SourceWatermarks<T> {
     /// splits; idle when every split is.
     pub fn combine(&mut self) -> (Option<WatermarkStatus>, Option<Watermark>) {
         self.pending = false;
-        let generating = self.splits.iter().filter(|s| s.generator.is_some());
+        let names_splits = self.names_splits;
+        let generating = self
+            .splits
+            .iter()
+            .filter(|s| s.generator.is_some() && (s.entered || names_splits));
         let mut any = false;
         let mut min: Option<i64> = None;
         for split in generating {
@@ -318,6 +343,25 @@ mod tests {
         assert_eq!(w.combine(), (None, Some(Watermark::new(30))));
         w.release_split("b");
         assert_eq!(w.combine(), (None, Some(Watermark::new(40))));
+    }
+
+    #[test]
+    fn an_assigned_split_holds_back_once_the_reader_names_splits() {
+        let mut w = SourceWatermarks::new(strategy());
+        w.add_split("a");
+        w.add_split("b");
+        // Not named yet: a reader that never names splits is not held back by them.
+        w.on_record(&5, None);
+        assert_eq!(w.combine(), (None, Some(Watermark::new(5))));
+        let mut w = SourceWatermarks::new(strategy());
+        w.add_split("a");
+        w.add_split("b");
+        w.enter_split("a");
+        w.on_record(&50, None);
+        // b is assigned but unread: it holds the watermark back (Flink's SourceReaderBase).
+        assert_eq!(w.combine(), (None, None));
+        w.release_split("b");
+        assert_eq!(w.combine(), (None, Some(Watermark::new(50))));
     }
 
     #[test]

@@ -197,6 +197,7 @@ where
             records_dead_lettered: 0,
             watermark: (self.watermark != Watermark::MIN).then_some(self.watermark),
             backward_watermarks: 0,
+            late_records_dropped: 0,
         });
         if let Some(metrics) = into.last_mut() {
             self.operator.add_metrics(metrics);

@@ -459,6 +459,7 @@ impl JobMaster {
                     records_skipped: of_node.clone().map(|m| m.records_skipped).sum(),
                     records_dead_lettered: of_node.clone().map(|m| m.records_dead_lettered).sum(),
                     backward_watermarks: of_node.clone().map(|m| m.backward_watermarks).sum(),
+                    late_records_dropped: of_node.clone().map(|m| m.late_records_dropped).sum(),
                     watermark: of_node
                         .map(|m| m.watermark)
                         .try_fold(None, |low: Option<Watermark>, w| {

@@ -9,6 +9,7 @@ pub mod map;
 pub mod process;
 pub(crate) mod rolling_aggregate;
 pub mod sink_writer;
+pub mod window;
 
 use std::sync::Arc;
 
