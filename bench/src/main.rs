@@ -14,7 +14,8 @@ use weir::checkpoint::stats::{CheckpointHistory, CheckpointStatus};
 use weir::connectors::discard::DiscardingSink;
 use weir::{
     BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, ExecutionConfig,
-    ProcessFunction, RestartStrategyConfig, RuntimeContext, StreamExecutionEnvironment,
+    ProcessContext, ProcessFunction, RestartStrategyConfig, RuntimeContext,
+    StreamExecutionEnvironment,
 };
 
 /// Command-line options.
@@ -217,7 +218,7 @@ impl ProcessFunction<(u64, u64), (u64, u64)> for FirstRecordAfterRestart {
     fn process_element(
         &mut self,
         v: (u64, u64),
-        _: &RuntimeContext,
+        _: &mut ProcessContext<'_>,
         out: &mut Collector<'_, (u64, u64)>,
     ) -> Result<(), BoxError> {
         let failed = *self.failed_at.lock().unwrap_or_else(|e| e.into_inner());

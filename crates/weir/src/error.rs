@@ -16,7 +16,7 @@ use std::fmt;
 /// struct Parse;
 ///
 /// impl ProcessFunction<String, u64> for Parse {
-///     fn process_element(&mut self, line: String, _: &RuntimeContext, out: &mut Collector<'_, u64>) -> Result<(), BoxError> {
+///     fn process_element(&mut self, line: String, _: &mut ProcessContext<'_>, out: &mut Collector<'_, u64>) -> Result<(), BoxError> {
 ///         out.collect(line.trim().parse::<u64>()?); // any error converts into a BoxError
 ///         Ok(())
 ///     }

@@ -19,9 +19,10 @@ pub use api::data_stream::{DataStream, DataStreamSink};
 pub use api::environment::StreamExecutionEnvironment;
 pub use api::functions::{
     AggregateFunction, FunctionStateContext, KeyedContext, KeyedEndContext, KeyedProcessFunction,
-    ProcessFunction, RuntimeContext,
+    ProcessContext, ProcessFunction, RuntimeContext,
 };
 pub use api::keyed_stream::KeyedStream;
+pub use api::output_tag::OutputTag;
 pub use api::windowed_stream::WindowedStream;
 pub use checkpoint::config::{
     CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, RetentionOnCancel,

@@ -28,9 +28,10 @@ pub use crate::api::data_stream::{DataStream, DataStreamSink};
 pub use crate::api::environment::StreamExecutionEnvironment;
 pub use crate::api::functions::{
     AggregateFunction, FunctionStateContext, KeyedContext, KeyedEndContext, KeyedProcessFunction,
-    ProcessFunction, RuntimeContext,
+    ProcessContext, ProcessFunction, RuntimeContext,
 };
 pub use crate::api::keyed_stream::KeyedStream;
+pub use crate::api::output_tag::OutputTag;
 pub use crate::checkpoint::config::{
     CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, RetentionOnCancel,
 };

@@ -13,7 +13,7 @@ use weir::connectors::generator::{GeneratorSource, NumberSequenceSplit};
 use weir::runtime::source_task::READER_SPLITS_STATE;
 use weir::{
     BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, ExecutionConfig,
-    FunctionStateContext, ProcessFunction, RetentionOnCancel, RuntimeContext,
+    FunctionStateContext, ProcessContext, ProcessFunction, RetentionOnCancel,
     StreamExecutionEnvironment,
 };
 
@@ -30,7 +30,7 @@ impl ProcessFunction<(usize, u64), ()> for Tally {
     fn process_element(
         &mut self,
         value: (usize, u64),
-        _: &RuntimeContext,
+        _: &mut ProcessContext<'_>,
         _: &mut Collector<'_, ()>,
     ) -> Result<(), BoxError> {
         assert_eq!(

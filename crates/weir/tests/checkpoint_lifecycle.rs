@@ -17,8 +17,8 @@ use weir::connectors::discard::DiscardingSink;
 use weir::connectors::generator::GeneratorSource;
 use weir::{
     BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, CorruptCheckpointPolicy,
-    ExecutionConfig, FunctionStateContext, ProcessFunction, RecoveryError, RestartStrategyConfig,
-    RetentionOnCancel, RuntimeContext, StreamExecutionEnvironment,
+    ExecutionConfig, FunctionStateContext, ProcessContext, ProcessFunction, RecoveryError,
+    RestartStrategyConfig, RetentionOnCancel, RuntimeContext, StreamExecutionEnvironment,
 };
 
 /// Passes records on; sleeps in every snapshot, to make checkpoints slow.
@@ -29,7 +29,7 @@ impl ProcessFunction<u64, u64> for SlowSnapshot {
     fn process_element(
         &mut self,
         v: u64,
-        _: &RuntimeContext,
+        _: &mut ProcessContext<'_>,
         out: &mut Collector<'_, u64>,
     ) -> Result<(), BoxError> {
         out.collect(v);
@@ -194,7 +194,7 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
         fn process_element(
             &mut self,
             v: u64,
-            _: &RuntimeContext,
+            _: &mut ProcessContext<'_>,
             out: &mut Collector<'_, u64>,
         ) -> Result<(), BoxError> {
             out.collect(v);

@@ -9,7 +9,7 @@ use weir::connectors::discard::DiscardingSink;
 use weir::connectors::generator::GeneratorSource;
 use weir::error::{GraphError, TaskError};
 use weir::{
-    BoxError, Collector, ExecutionConfig, JobExecutionResult, ProcessFunction, RuntimeContext,
+    BoxError, Collector, ExecutionConfig, JobExecutionResult, ProcessContext, ProcessFunction,
     StreamExecutionEnvironment, WeirError,
 };
 
@@ -69,7 +69,7 @@ impl ProcessFunction<i64, i64> for RejectNegative {
     fn process_element(
         &mut self,
         value: i64,
-        _ctx: &RuntimeContext,
+        _ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_, i64>,
     ) -> Result<(), BoxError> {
         if value < 0 {

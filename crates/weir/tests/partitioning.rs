@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use weir::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
 use weir::{
-    BoxError, Collector, ExecutionConfig, KeyedContext, KeyedProcessFunction, ProcessFunction,
-    RuntimeContext, StreamExecutionEnvironment,
+    BoxError, Collector, ExecutionConfig, KeyedContext, KeyedProcessFunction, ProcessContext,
+    ProcessFunction, StreamExecutionEnvironment,
 };
 
 fn env(parallelism: u32) -> StreamExecutionEnvironment {
@@ -21,7 +21,7 @@ impl ProcessFunction<u64, (u64, u32)> for TagSubtask {
     fn process_element(
         &mut self,
         value: u64,
-        ctx: &RuntimeContext,
+        ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_, (u64, u32)>,
     ) -> Result<(), BoxError> {
         out.collect((value, ctx.subtask_index()));

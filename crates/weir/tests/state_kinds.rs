@@ -14,7 +14,7 @@ use weir::connectors::generator::GeneratorSource;
 use weir::{
     AggregateFunction, AggregatingState, BoxError, CheckpointConfig, CheckpointStorageConfig,
     Collector, ExecutionConfig, FunctionStateContext, KeyedContext, KeyedProcessFunction,
-    ListState, MapState, ProcessFunction, ReducingState, RuntimeContext,
+    ListState, MapState, ProcessContext, ProcessFunction, ReducingState,
     StreamExecutionEnvironment,
 };
 
@@ -188,7 +188,7 @@ impl ProcessFunction<u64, u64> for OperatorStateUser {
     fn process_element(
         &mut self,
         v: u64,
-        _: &RuntimeContext,
+        _: &mut ProcessContext<'_>,
         out: &mut Collector<'_, u64>,
     ) -> Result<(), BoxError> {
         self.seen += 1;

@@ -19,7 +19,7 @@ use weir::connectors::sink::Sink;
 use weir::connectors::write_ahead_log::{FileBatchCommitter, WriteAheadLog};
 use weir::{
     BoxError, CheckpointConfig, CheckpointStorageConfig, Collector, ExecutionConfig,
-    JobExecutionResult, JobStatus, ProcessFunction, RuntimeContext, StreamExecutionEnvironment,
+    JobExecutionResult, JobStatus, ProcessContext, ProcessFunction, StreamExecutionEnvironment,
 };
 
 /// Enough records at the rate limit for the job to run about two seconds: it is stopped
@@ -290,7 +290,7 @@ impl ProcessFunction<u64, u64> for Held {
     fn process_element(
         &mut self,
         value: u64,
-        _ctx: &RuntimeContext,
+        _ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_, u64>,
     ) -> Result<(), BoxError> {
         self.gate.pass();

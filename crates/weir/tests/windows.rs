@@ -376,7 +376,7 @@ impl WatermarkGenerator for AtEachEvent {
 }
 
 #[test]
-fn late_records_are_dropped_exactly_when_every_window_is_past_its_lateness() {
+fn late_records_go_to_the_side_output_exactly_when_every_window_is_past_its_lateness() {
     for seed in seeds(4) {
         let mut rng = Rng(seed);
         let lateness = rng.below(30) as i64;
@@ -386,13 +386,13 @@ fn late_records_are_dropped_exactly_when_every_window_is_past_its_lateness() {
         // The reference: windows of 20 ms; a record is late when its window's end minus one,
         // plus the lateness, is at or below the watermark (the highest timestamp before it).
         let mut watermark = i64::MIN;
-        let mut late = 0;
+        let mut late = Vec::new();
         let mut last_result: HashMap<i64, u64> = HashMap::new();
         let mut kept: BTreeMap<i64, u64> = BTreeMap::new();
         for &(_, t) in &events {
             let start = t.div_euclid(20) * 20;
             if start + 19 + lateness <= watermark {
-                late += 1;
+                late.push(t);
             } else {
                 *kept.entry(start).or_insert(0) += 1;
             }
@@ -402,11 +402,13 @@ fn late_records_are_dropped_exactly_when_every_window_is_past_its_lateness() {
             .unwrap();
         let strategy = WatermarkStrategy::for_generator(|| AtEachEvent)
             .with_timestamp_assigner(|e: &(u64, i64), _| e.1);
+        let late_tag = OutputTag::<(u64, i64)>::new("late");
         let counts = env
             .from_source(CollectionSource::new(events), strategy, "events")
             .key_by(|_: &(u64, i64)| 0u8)
             .window(TumblingEventTimeWindows::of(Duration::from_millis(20)))
             .allowed_lateness(Duration::from_millis(lateness as u64))
+            .side_output_late_data(&late_tag)
             .process(
                 |_: &u8,
                  ctx: &WindowContext<'_, TimeWindow>,
@@ -415,8 +417,9 @@ fn late_records_are_dropped_exactly_when_every_window_is_past_its_lateness() {
                     out.collect((ctx.window().start, events.len() as u64));
                     Ok(())
                 },
-            )
-            .collect();
+            );
+        let late_records = counts.side_output(&late_tag).map(|e| e.1).collect();
+        let counts = counts.collect();
         let result = env.execute("late").unwrap();
         // A window fires when the watermark passes it and again for each late record it
         // still takes: its last result counts every record it kept.
@@ -431,7 +434,12 @@ fn late_records_are_dropped_exactly_when_every_window_is_past_its_lateness() {
             .find(|o| o.name.starts_with("Window("))
             .unwrap();
         assert_eq!(
-            window.late_records_dropped, late,
+            window.late_records_dropped, 0,
+            "late records go to the side output"
+        );
+        assert_eq!(
+            late_records.take(),
+            late,
             "seed {seed}, lateness {lateness}"
         );
     }

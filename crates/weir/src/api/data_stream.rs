@@ -6,8 +6,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::api::functions::{ProcessFunction, RuntimeContext};
-use crate::api::graph_builder::{GraphBuilder, PartitionerSpec, PendingNode, Upstream};
+use crate::api::graph_builder::{
+    GraphBuilder, PartitionerSpec, PendingNode, SideOutputSpec, Upstream,
+};
 use crate::api::keyed_stream::KeyedStream;
+use crate::api::output_tag::OutputTag;
 use crate::api::windowed_stream::WindowedStream;
 use crate::connectors::collect::{collect_sink, CollectHandle};
 use crate::connectors::print::PrintSink;
@@ -98,6 +101,7 @@ impl<T: Record> DataStream<T> {
             upstreams: vec![Upstream {
                 node,
                 partitioner: PartitionerSpec::Default,
+                side_output: None,
             }],
             _record: PhantomData,
         }
@@ -109,6 +113,7 @@ impl<T: Record> DataStream<T> {
             [Upstream {
                 node,
                 partitioner: PartitionerSpec::Default,
+                side_output: None,
             }] => Some(*node),
             _ => None,
         }
@@ -148,6 +153,7 @@ impl<T: Record> DataStream<T> {
                 .map(|u| Upstream {
                     node: u.node,
                     partitioner: partitioner.clone(),
+                    side_output: u.side_output.clone(),
                 })
                 .collect(),
             _record: PhantomData,
@@ -242,6 +248,42 @@ impl<T: Record> DataStream<T> {
             self.with_partitioner(PartitionerSpec::Hash(shared)),
             selector,
         )
+    }
+
+    /// The records that this stream's operator sends to side output `tag` (Flink's
+    /// `getSideOutput`), as a stream of their own. See [`OutputTag`].
+    #[track_caller]
+    pub fn side_output<U: Record>(&self, tag: &OutputTag<U>) -> DataStream<U> {
+        let location = std::panic::Location::caller();
+        let node = self.own_node();
+        let mut builder = self.builder.borrow_mut();
+        let node = match node {
+            Some(node) if builder.is_operator(node) => node,
+            _ => {
+                builder.error(GraphError::InvalidApiUse(format!(
+                    "`.side_output(\"{}\")` at {}:{} reads the side output of an operator \
+                     (a process function or a window): call it on that operator's stream, \
+                     not on a source, a union or a repartitioned stream",
+                    tag.id(),
+                    location.file(),
+                    location.line()
+                )));
+                self.own_node().unwrap_or(NodeId(0))
+            }
+        };
+        drop(builder);
+        DataStream {
+            builder: self.builder.clone(),
+            upstreams: vec![Upstream {
+                node,
+                partitioner: PartitionerSpec::Default,
+                side_output: Some(SideOutputSpec {
+                    tag: tag.shared_id(),
+                    record_type: TypeOf::<U>::shared(),
+                }),
+            }],
+            _record: PhantomData,
+        }
     }
 
     /// Cuts the whole stream into the windows `assigner` makes, in one subtask (Flink's

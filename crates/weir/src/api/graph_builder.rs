@@ -32,6 +32,15 @@ pub(crate) enum PartitionerSpec {
 pub(crate) struct Upstream {
     pub node: NodeId,
     pub partitioner: PartitionerSpec,
+    /// Set when the stream is a side output of `node`.
+    pub side_output: Option<SideOutputSpec>,
+}
+
+/// A side output an edge carries: its tag and the type of its records.
+#[derive(Clone)]
+pub(crate) struct SideOutputSpec {
+    pub tag: Arc<str>,
+    pub record_type: Arc<dyn StreamType>,
 }
 
 /// An operator as declared, before parallelism defaults are applied.
@@ -74,6 +83,7 @@ struct PendingEdge {
     source: NodeId,
     target: NodeId,
     partitioner: PartitionerSpec,
+    side_output: Option<SideOutputSpec>,
 }
 
 /// The job under construction.
@@ -115,9 +125,17 @@ impl GraphBuilder {
                 source: input.node,
                 target: id,
                 partitioner: input.partitioner.clone(),
+                side_output: input.side_output.clone(),
             });
         }
         id
+    }
+
+    /// Whether node `id` is an operator (not a source).
+    pub fn is_operator(&self, id: NodeId) -> bool {
+        self.nodes
+            .get(id.index())
+            .is_some_and(|n| matches!(n.factory, NodeFactory::Operator(_)))
     }
 
     /// The declared node `id`, to configure it.
@@ -177,6 +195,7 @@ impl GraphBuilder {
                 id: EdgeId(i as u32),
                 source: e.source,
                 target: e.target,
+                side_output: e.side_output.as_ref().map(|s| s.tag.to_string()),
                 partitioner: match e.partitioner {
                     PartitionerSpec::Default => {
                         if nodes[e.source.index()].parallelism
@@ -217,14 +236,17 @@ impl GraphBuilder {
         self.config.validate()?;
         let plan = self.plan(job_name)?;
         self.executed = Some(job_name.to_string());
-        let key_selectors = self
+        let (key_selectors, edge_types) = self
             .edges
             .drain(..)
-            .map(|e| match e.partitioner {
-                PartitionerSpec::Hash(selector) => Some(selector),
-                _ => None,
+            .map(|e| {
+                let selector = match e.partitioner {
+                    PartitionerSpec::Hash(selector) => Some(selector),
+                    _ => None,
+                };
+                (selector, e.side_output.map(|s| s.record_type))
             })
-            .collect();
+            .unzip();
         let (factories, output_types) = self
             .nodes
             .drain(..)
@@ -236,6 +258,7 @@ impl GraphBuilder {
             factories,
             output_types,
             key_selectors,
+            edge_types,
         })
     }
 }

@@ -5,4 +5,5 @@ pub mod environment;
 pub mod functions;
 pub(crate) mod graph_builder;
 pub mod keyed_stream;
+pub mod output_tag;
 pub mod windowed_stream;

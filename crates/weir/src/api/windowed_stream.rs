@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::api::data_stream::DataStream;
 use crate::api::functions::AggregateFunction;
+use crate::api::output_tag::OutputTag;
 use crate::error::GraphError;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::{Key, Record};
@@ -52,6 +53,7 @@ pub struct WindowedStream<T, K, A, Tr> {
     assigner: A,
     trigger: Tr,
     allowed_lateness: Duration,
+    late_data: Option<Arc<str>>,
     /// `window_all`: one window operator over the whole stream.
     all: bool,
 }
@@ -70,6 +72,7 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
             assigner,
             trigger,
             allowed_lateness: Duration::ZERO,
+            late_data: None,
             all,
         }
     }
@@ -82,6 +85,7 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
             assigner: self.assigner,
             trigger,
             allowed_lateness: self.allowed_lateness,
+            late_data: self.late_data,
             all: self.all,
         }
     }
@@ -91,6 +95,45 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
     /// than that are dropped, and counted in the operator's `late_records_dropped`.
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
         self.allowed_lateness = lateness;
+        self
+    }
+
+    /// Sends records too late for every window to side output `tag` instead of dropping
+    /// them (Flink's `sideOutputLateData`); read them with
+    /// [`DataStream::side_output`] on the window's result.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::windowing::TumblingEventTimeWindows;
+    ///
+    /// /// A watermark at each event's timestamp.
+    /// struct AtEach;
+    /// impl WatermarkGenerator for AtEach {
+    ///     fn on_event(&mut self, t: i64, out: &mut WatermarkOutput) {
+    ///         out.emit_watermark(Watermark::new(t));
+    ///     }
+    /// }
+    ///
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let late = OutputTag::<i64>::new("late");
+    /// let strategy = WatermarkStrategy::for_generator(|| AtEach).with_timestamp_assigner(|t: &i64, _| *t);
+    /// let sums = env
+    ///     .from_source(CollectionSource::new(vec![1, 5, 12, 3, 14]), strategy, "times")
+    ///     .key_by(|_: &i64| 0)
+    ///     .window(TumblingEventTimeWindows::of(Duration::from_millis(10)))
+    ///     .side_output_late_data(&late)
+    ///     .reduce(|a, b| a + b);
+    /// let too_late = sums.side_output(&late).collect();
+    /// let sums = sums.collect();
+    /// env.execute("late")?;
+    /// // 3 came after the watermark reached 12: window [0, 10) had closed.
+    /// assert_eq!(sums.take(), vec![6, 26]);
+    /// assert_eq!(too_late.take(), vec![3]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn side_output_late_data(mut self, tag: &OutputTag<T>) -> Self {
+        self.late_data = Some(tag.shared_id());
         self
     }
 
@@ -105,6 +148,7 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
             assigner,
             trigger,
             allowed_lateness,
+            late_data,
             all,
         } = self;
         let operator_name = format!("Window({}, {name})", assigner.describe());
@@ -128,6 +172,7 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
                 trigger.clone(),
                 contents.clone(),
                 lateness,
+                late_data.clone(),
             )?)
         });
         if all {

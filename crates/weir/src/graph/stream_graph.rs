@@ -82,6 +82,9 @@ pub struct StreamEdge {
     pub target: NodeId,
     /// How records are distributed.
     pub partitioner: PartitionerKind,
+    /// The side output of `source` the edge carries (`None`: its main output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_output: Option<String>,
 }
 
 /// The logical job: operators and their connections, in topological order (an operator's
@@ -229,6 +232,7 @@ pub(crate) mod test_graphs {
                 source,
                 target,
                 partitioner,
+                side_output: None,
             });
             id
         }

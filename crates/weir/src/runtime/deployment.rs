@@ -10,12 +10,12 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
-use crate::runtime::chain::{ChainedNode, OperatorChain};
+use crate::runtime::chain::{ChainedNode, OperatorChain, SideOutputs};
 use crate::runtime::channel::CancelToken;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
 use crate::runtime::snapshot::RestoredOperatorState;
-use crate::runtime::stream_type::{AnyBox, WriterSpec};
+use crate::runtime::stream_type::{AnyBox, StreamType, WriterSpec};
 use crate::runtime::task::{Invokable, OperatorSetup};
 use crate::state::key_group::key_group_range_for_operator;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
@@ -115,6 +115,26 @@ fn load_state(
     })))
 }
 
+/// The positions of `successors` as offsets after `at`, each checked to take `output`.
+fn relative_successors(
+    nodes: &[Box<dyn ChainedNode>],
+    name: &str,
+    at: usize,
+    output: Option<std::any::TypeId>,
+    successors: &[usize],
+) -> Result<Vec<usize>, WeirError> {
+    successors
+        .iter()
+        .map(|&s| {
+            OperatorChain::check_link(nodes, name, output, s)
+                .map_err(|e| WeirError::Internal(e.to_string()))?;
+            s.checked_sub(at + 1).ok_or_else(|| {
+                WeirError::Internal(format!("`{name}` feeds an operator before it in its chain"))
+            })
+        })
+        .collect()
+}
+
 /// Creates every channel, coordinator and task of `job`, restoring from `restore` if given.
 pub fn deploy(
     job: &JobDefinition,
@@ -132,8 +152,8 @@ pub fn deploy(
     let mut senders: HashMap<(usize, SubtaskRef), Vec<AnyBox>> = HashMap::new();
     let mut receivers: HashMap<SubtaskRef, Vec<AnyBox>> = HashMap::new();
     for ch in &eg.channels {
-        let producer_node = sg.edges[jg.edges[ch.job_edge].stream_edge.index()].source;
-        let (tx, rx) = job.output_types[producer_node.index()].channel(config.channel_capacity);
+        let stream_edge = jg.edges[ch.job_edge].stream_edge;
+        let (tx, rx) = job.edge_type(stream_edge).channel(config.channel_capacity);
         senders
             .entry((ch.job_edge, ch.producer))
             .or_default()
@@ -216,14 +236,29 @@ pub fn deploy(
         let mut source_successors = Vec::new();
         for &node_id in &vertex.operators {
             let node = sg.node(node_id);
-            let ty = &job.output_types[node_id.index()];
             let mut successors = Vec::new();
+            // Per side-output tag: its record type and its consumers.
+            let mut side: Vec<(String, Arc<dyn StreamType>, Vec<usize>)> = Vec::new();
             for edge in sg.out_edges(node_id) {
+                let ty = job.edge_type(edge.id);
+                let group = match &edge.side_output {
+                    None => &mut successors,
+                    Some(tag) => {
+                        let at = match side.iter().position(|(t, _, _)| t == tag) {
+                            Some(at) => at,
+                            None => {
+                                side.push((tag.clone(), ty.clone(), Vec::new()));
+                                side.len() - 1
+                            }
+                        };
+                        &mut side[at].2
+                    }
+                };
                 if jg.is_chained(edge.id) {
                     let target = position.get(&edge.target).ok_or_else(|| {
                         WeirError::Internal(format!("chained successor of `{}` missing", node.name))
                     })?;
-                    successors.push(*target);
+                    group.push(*target);
                 } else {
                     let job_edge = jg.job_edge_of(edge.id).ok_or_else(|| {
                         WeirError::Internal(format!("edge {} has no job edge", edge.id))
@@ -242,27 +277,37 @@ pub fn deploy(
                             },
                         )
                         .map_err(WeirError::Internal)?;
-                    successors.push(nodes.len());
+                    group.push(nodes.len());
                     nodes.push(writer);
                 }
             }
             match position.get(&node_id) {
                 Some(&at) => {
                     let output = nodes[at].output_type();
-                    let mut relative = Vec::with_capacity(successors.len());
-                    for &s in &successors {
-                        OperatorChain::check_link(&nodes, &node.name, output, s)
-                            .map_err(|e| WeirError::Internal(e.to_string()))?;
-                        relative.push(s.checked_sub(at + 1).ok_or_else(|| {
-                            WeirError::Internal(format!(
-                                "`{}` feeds an operator before it in its chain",
-                                node.name
-                            ))
-                        })?);
-                    }
+                    let relative =
+                        relative_successors(&nodes, &node.name, at, output, &successors)?;
                     nodes[at].set_successors(relative);
+                    if !side.is_empty() {
+                        let mut slots = Vec::with_capacity(side.len());
+                        for (tag, ty, consumers) in side {
+                            let output = Some(ty.record_type_id());
+                            let relative =
+                                relative_successors(&nodes, &node.name, at, output, &consumers)?;
+                            slots.push(ty.side_output_slot(tag.as_str().into(), relative));
+                        }
+                        nodes[at]
+                            .set_side_outputs(SideOutputs::new(slots))
+                            .map_err(|e| WeirError::Internal(e.to_string()))?;
+                    }
                 }
-                None => source_successors = successors,
+                None if side.is_empty() => source_successors = successors,
+                None => {
+                    return Err(WeirError::Internal(format!(
+                        "source `{}` has side outputs",
+                        node.name
+                    ))
+                    .into())
+                }
             }
         }
         let body = match source {
@@ -283,7 +328,7 @@ pub fn deploy(
                 let input_type = sg
                     .in_edges(head)
                     .next()
-                    .map(|e| &job.output_types[e.source.index()])
+                    .map(|e| job.edge_type(e.id))
                     .ok_or_else(|| {
                         WeirError::Internal(format!(
                             "operator `{}` has no input",

@@ -20,4 +20,18 @@ pub struct JobDefinition {
     pub output_types: Vec<Arc<dyn StreamType>>,
     /// The key selector of each hash edge, indexed by edge id.
     pub key_selectors: Vec<Option<SharedAny>>,
+    /// The record type of each side-output edge (others carry their source's output type),
+    /// indexed by edge id.
+    pub edge_types: Vec<Option<Arc<dyn StreamType>>>,
+}
+
+impl JobDefinition {
+    /// The type of the records edge `edge` carries.
+    pub fn edge_type(&self, edge: crate::graph::ids::EdgeId) -> &Arc<dyn StreamType> {
+        let source = self.plan.stream_graph.edges[edge.index()].source;
+        self.edge_types
+            .get(edge.index())
+            .and_then(Option::as_ref)
+            .unwrap_or(&self.output_types[source.index()])
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::graph::partitioner::PartitionerKind;
 use crate::record::Record;
-use crate::runtime::chain::{ChainedNode, OperatorChain};
+use crate::runtime::chain::{ChainedNode, OperatorChain, SideOutputSlot};
 use crate::runtime::channel::{channel, CancelToken, ChannelReceiver, ChannelSender};
 use crate::runtime::input_gate::InputGate;
 use crate::runtime::key_selector::KeyGroupOf;
@@ -52,6 +52,11 @@ pub trait StreamType: Send + Sync {
         senders: Vec<AnyBox>,
         spec: WriterSpec<'_>,
     ) -> Result<Box<dyn ChainedNode>, String>;
+    /// A side output of records of this type, named `tag`, consumed by the nodes at
+    /// `successors`.
+    fn side_output_slot(&self, tag: Arc<str>, successors: Vec<usize>) -> SideOutputSlot;
+    /// The `TypeId` of the records.
+    fn record_type_id(&self) -> std::any::TypeId;
     /// The loop reading `receivers` into `chain`.
     fn input_task(
         &self,
@@ -129,6 +134,14 @@ impl<T: Record> StreamType for TypeOf<T> {
             spec.batch_size,
             spec.cancel,
         )))
+    }
+
+    fn side_output_slot(&self, tag: Arc<str>, successors: Vec<usize>) -> SideOutputSlot {
+        SideOutputSlot::new::<T>(tag, successors)
+    }
+
+    fn record_type_id(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<T>()
     }
 
     fn input_task(

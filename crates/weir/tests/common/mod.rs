@@ -11,7 +11,7 @@ use std::time::Duration;
 use weir::connectors::sink::{Sink, SinkWriter};
 use weir::{
     BoxError, CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, FunctionStateContext,
-    Record, RestartStrategyConfig, RuntimeContext,
+    ProcessContext, Record, RestartStrategyConfig, RuntimeContext,
 };
 
 /// A configuration for failure-injection tests: small batches, in-memory checkpoints every
@@ -239,7 +239,7 @@ impl weir::ProcessFunction<u64, String> for MarkEnd {
     fn process_element(
         &mut self,
         value: u64,
-        _ctx: &RuntimeContext,
+        _ctx: &mut ProcessContext<'_>,
         out: &mut weir::Collector<'_, String>,
     ) -> Result<(), BoxError> {
         out.collect(value.to_string());

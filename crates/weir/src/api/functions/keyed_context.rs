@@ -2,8 +2,11 @@
 //! ([`KeyedContext`]), and every key at the end of the input ([`KeyedEndContext`]).
 
 use crate::api::functions::RuntimeContext;
-use crate::error::{BoxError, StateError};
+use crate::api::output_tag::OutputTag;
+use crate::error::{BoxError, StateError, TaskError};
 use crate::record::Key;
+use crate::record::Record;
+use crate::runtime::chain::SideOutputs;
 use crate::runtime::snapshot::now_millis;
 use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
 use crate::state::state_handles::KeyedState;
@@ -54,6 +57,8 @@ pub struct KeyedContext<'a, K> {
     pub(crate) timestamp: Option<i64>,
     /// In `on_timer`: the clock of the firing timer.
     pub(crate) time_domain: Option<TimeDomain>,
+    /// The operator's side outputs.
+    pub(crate) side: Option<&'a mut SideOutputs>,
 }
 
 impl<K: Key> KeyedContext<'_, K> {
@@ -66,6 +71,13 @@ impl<K: Key> KeyedContext<'_, K> {
     /// processing a record.
     pub fn time_domain(&self) -> Option<TimeDomain> {
         self.time_domain
+    }
+    /// Emits `value` to side output `tag`, with the current timestamp.
+    pub fn output<T: Record>(&mut self, tag: &OutputTag<T>, value: T) -> Result<(), TaskError> {
+        match &mut self.side {
+            Some(side) => side.emit(tag.id(), value, self.timestamp),
+            None => Ok(()),
+        }
     }
     /// The timers of the current key, and the operator's view of time (Flink's
     /// `TimerService`).
@@ -144,6 +156,7 @@ pub struct KeyedEndContext<'a, K> {
     pub(crate) backend: &'a mut HeapKeyedStateBackend<K>,
     pub(crate) timers: &'a mut InternalTimerService<K>,
     pub(crate) runtime: &'a RuntimeContext,
+    pub(crate) side: Option<&'a mut SideOutputs>,
 }
 
 impl<K: Key> KeyedEndContext<'_, K> {
@@ -169,6 +182,7 @@ impl<K: Key> KeyedEndContext<'_, K> {
                 runtime: self.runtime,
                 timestamp: None,
                 time_domain: None,
+                side: self.side.as_deref_mut(),
             };
             f(&mut ctx)?;
         }

@@ -9,5 +9,5 @@ mod runtime_context;
 pub use aggregate_function::AggregateFunction;
 pub use keyed_context::{KeyedContext, KeyedEndContext, TimerService};
 pub use keyed_process_function::KeyedProcessFunction;
-pub use process_function::ProcessFunction;
+pub use process_function::{ProcessContext, ProcessFunction};
 pub use runtime_context::{FunctionStateContext, RuntimeContext};

@@ -1,8 +1,75 @@
 //! [`ProcessFunction`]: a function over each record with its subtask's lifecycle.
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
-use crate::error::BoxError;
+use crate::api::output_tag::OutputTag;
+use crate::error::{BoxError, TaskError};
+use crate::record::Record;
+use crate::runtime::chain::SideOutputs;
 use crate::runtime::output::Collector;
+
+/// What a [`ProcessFunction`] sees of the record it processes (Flink's
+/// `ProcessFunction.Context`): its event timestamp and the side outputs; it also derefs to
+/// the subtask's [`RuntimeContext`].
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// /// Tags each record with its event timestamp and the subtask that saw it.
+/// #[derive(Clone)]
+/// struct Stamp;
+///
+/// impl ProcessFunction<(u64, i64), (u64, Option<i64>, u32)> for Stamp {
+///     fn process_element(
+///         &mut self,
+///         value: (u64, i64),
+///         ctx: &mut ProcessContext<'_>,
+///         out: &mut Collector<'_, (u64, Option<i64>, u32)>,
+///     ) -> Result<(), BoxError> {
+///         out.collect((value.0, ctx.timestamp(), ctx.subtask_index()));
+///         Ok(())
+///     }
+/// }
+///
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// let strategy = WatermarkStrategy::no_watermarks().with_timestamp_assigner(|e: &(u64, i64), _| e.1);
+/// let stamped = env
+///     .from_source(CollectionSource::new(vec![(7, 1_000)]), strategy, "events")
+///     .process(Stamp)
+///     .collect();
+/// env.execute("stamps")?;
+/// assert_eq!(stamped.take(), vec![(7, Some(1_000), 0)]);
+/// # Ok::<(), WeirError>(())
+/// ```
+pub struct ProcessContext<'a> {
+    pub(crate) runtime: &'a RuntimeContext,
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) side: Option<&'a mut SideOutputs>,
+}
+
+impl ProcessContext<'_> {
+    /// The subtask this function runs in.
+    pub fn runtime(&self) -> &RuntimeContext {
+        self.runtime
+    }
+    /// The event timestamp of the record being processed, if it has one.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+    /// Emits `value` to side output `tag`, with the record's timestamp.
+    pub fn output<T: Record>(&mut self, tag: &OutputTag<T>, value: T) -> Result<(), TaskError> {
+        match &mut self.side {
+            Some(side) => side.emit(tag.id(), value, self.timestamp),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::ops::Deref for ProcessContext<'_> {
+    type Target = RuntimeContext;
+    fn deref(&self) -> &RuntimeContext {
+        self.runtime
+    }
+}
 
 /// A function over each record with access to its subtask (Flink's `ProcessFunction`).
 ///
@@ -19,7 +86,7 @@ use crate::runtime::output::Collector;
 ///     fn process_element(
 ///         &mut self,
 ///         value: u64,
-///         ctx: &RuntimeContext,
+///         ctx: &mut ProcessContext<'_>,
 ///         out: &mut Collector<'_, (u32, u64)>,
 ///     ) -> Result<(), BoxError> {
 ///         out.collect((ctx.subtask_index(), value));
@@ -47,7 +114,7 @@ pub trait ProcessFunction<I, O>: Clone + Send + 'static {
     fn process_element(
         &mut self,
         value: I,
-        ctx: &RuntimeContext,
+        ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_, O>,
     ) -> Result<(), BoxError>;
     /// Called once when the input has ended (bounded jobs), before end-of-stream moves on.

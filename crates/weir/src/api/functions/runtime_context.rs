@@ -32,7 +32,7 @@ use crate::state::operator_state::OperatorStateBackend;
 ///     fn process_element(
 ///         &mut self,
 ///         value: String,
-///         _ctx: &RuntimeContext,
+///         _ctx: &mut ProcessContext<'_>,
 ///         out: &mut Collector<'_, (u64, String)>,
 ///     ) -> Result<(), BoxError> {
 ///         out.collect((self.next, value));
@@ -83,7 +83,7 @@ impl FunctionStateContext<'_> {
 /// struct WhoAmI;
 ///
 /// impl ProcessFunction<u64, String> for WhoAmI {
-///     fn process_element(&mut self, _: u64, _: &RuntimeContext, _: &mut Collector<'_, String>) -> Result<(), BoxError> {
+///     fn process_element(&mut self, _: u64, _: &mut ProcessContext<'_>, _: &mut Collector<'_, String>) -> Result<(), BoxError> {
 ///         Ok(())
 ///     }
 ///     fn end_input(&mut self, ctx: &RuntimeContext, out: &mut Collector<'_, String>) -> Result<(), BoxError> {

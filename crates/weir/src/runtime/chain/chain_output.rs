@@ -4,7 +4,7 @@
 
 use std::any::Any;
 
-use super::{ChainTail, ChainedNode};
+use super::{ChainTail, ChainedNode, SideOutputs};
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
@@ -15,6 +15,8 @@ use crate::time::{Watermark, WatermarkStatus};
 /// writers), or nothing when it ends the chain.
 pub struct ChainOutput<'a, T> {
     buffer: &'a mut RecordBatch<T>,
+    /// The operator's side outputs; lent to a function's context while it runs.
+    side: Option<&'a mut SideOutputs>,
     /// The timestamp records get by default: the input record's (Flink's
     /// `TimestampedCollector`).
     timestamp: Option<i64>,
@@ -27,7 +29,7 @@ pub struct ChainOutput<'a, T> {
 /// The node at `offset` in `rest`, and the part of the list after it.
 type NodeAndTail<'r> = (&'r mut Box<dyn ChainedNode>, &'r mut ChainTail);
 
-fn successor(rest: &mut ChainTail, offset: usize) -> Result<NodeAndTail<'_>, TaskError> {
+pub(crate) fn successor(rest: &mut ChainTail, offset: usize) -> Result<NodeAndTail<'_>, TaskError> {
     rest.get_mut(offset..)
         .and_then(|tail| tail.split_first_mut())
         .ok_or_else(|| TaskError::Internal("chained successor out of range".into()))
@@ -69,11 +71,37 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     ) -> Self {
         Self {
             buffer,
+            side: None,
             timestamp: None,
             successors,
             rest,
             records_out,
             batch_size,
+        }
+    }
+
+    /// The same output, with side outputs.
+    pub fn with_side_outputs(mut self, side: &'a mut SideOutputs) -> Self {
+        self.side = Some(side);
+        self
+    }
+
+    /// Lends the side outputs out (to a function's context) while the main output is used;
+    /// give them back with [`ChainOutput::return_side_outputs`].
+    pub fn take_side_outputs(&mut self) -> Option<&'a mut SideOutputs> {
+        self.side.take()
+    }
+
+    /// Takes back the side outputs lent by [`ChainOutput::take_side_outputs`].
+    pub fn return_side_outputs(&mut self, side: Option<&'a mut SideOutputs>) {
+        self.side = side;
+    }
+
+    /// Emits `value` to side output `tag` with the current timestamp.
+    pub fn emit_side<U: Record>(&mut self, tag: &str, value: U) -> Result<(), TaskError> {
+        match &mut self.side {
+            Some(side) => side.emit(tag, value, self.timestamp),
+            None => Ok(()),
         }
     }
 
@@ -112,8 +140,11 @@ impl<'a, T: Record> ChainOutput<'a, T> {
         self.timestamp = timestamp;
     }
 
-    /// Hands the gathered records to the successors.
+    /// Hands the gathered records, side outputs' included, to the successors.
     pub fn flush(&mut self) -> Result<(), TaskError> {
+        if let Some(side) = &mut self.side {
+            side.flush(self.rest)?;
+        }
         if self.buffer.is_empty() {
             return Ok(());
         }
@@ -124,6 +155,9 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Passes a change of watermark status on, after the records gathered so far.
     pub fn emit_watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
         self.flush()?;
+        if let Some(side) = &mut self.side {
+            side.emit_watermark_status(status, self.rest)?;
+        }
         for &offset in self.successors {
             let (node, after) = successor(self.rest, offset)?;
             node.process_watermark_status(status, after)?;
@@ -134,6 +168,9 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Emits a watermark after the records gathered so far.
     pub fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
         self.flush()?;
+        if let Some(side) = &mut self.side {
+            side.emit_watermark(watermark, self.rest)?;
+        }
         for &offset in self.successors {
             let (node, after) = successor(self.rest, offset)?;
             node.process_watermark(watermark, after)?;

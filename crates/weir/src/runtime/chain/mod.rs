@@ -10,12 +10,14 @@
 
 mod chain_output;
 mod one_input_node;
+mod side_output;
 
 use std::any::{Any, TypeId};
 
 pub(crate) use chain_output::forward_batch;
 pub use chain_output::ChainOutput;
 pub use one_input_node::OneInputNode;
+pub use side_output::{SideOutputSlot, SideOutputs};
 
 use crate::error::TaskError;
 use crate::runtime::batch::RecordBatch;
@@ -40,6 +42,13 @@ pub trait ChainedNode: Send {
     fn output_type(&self) -> Option<TypeId>;
     /// Sets the positions of the nodes it emits to, as offsets into the list after it.
     fn set_successors(&mut self, successors: Vec<usize>);
+    /// Sets its side outputs (operators only).
+    fn set_side_outputs(&mut self, _side_outputs: SideOutputs) -> Result<(), TaskError> {
+        Err(TaskError::Internal(format!(
+            "`{}` has no side outputs",
+            self.name()
+        )))
+    }
     /// Opens the node before the first record (the task opens the tail first).
     fn open(&mut self) -> Result<(), TaskError>;
     /// Processes a batch (a `Vec` of the input type, drained), emitting into `rest`.

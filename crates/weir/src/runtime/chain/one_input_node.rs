@@ -5,7 +5,7 @@ use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{ChainOutput, ChainTail, ChainedNode};
+use super::{ChainOutput, ChainTail, ChainedNode, SideOutputs};
 use crate::error::TaskError;
 use crate::graph::ids::NodeId;
 use crate::record::Record;
@@ -25,6 +25,7 @@ pub struct OneInputNode<I, O, Op> {
     subtask: u32,
     buffer: RecordBatch<O>,
     successors: Vec<usize>,
+    side: SideOutputs,
     records_in: u64,
     records_out: u64,
     /// The last watermark the operator received.
@@ -43,6 +44,7 @@ impl<I, O, Op> OneInputNode<I, O, Op> {
             subtask: setup.subtask,
             buffer: RecordBatch::default(),
             successors: Vec::new(),
+            side: SideOutputs::default(),
             records_in: 0,
             records_out: 0,
             watermark: Watermark::MIN,
@@ -63,7 +65,8 @@ macro_rules! operator_and_output {
                 $rest,
                 &mut $self.records_out,
                 $self.batch_size,
-            ),
+            )
+            .with_side_outputs(&mut $self.side),
         )
     };
 }
@@ -88,6 +91,11 @@ where
 
     fn set_successors(&mut self, successors: Vec<usize>) {
         self.successors = successors;
+    }
+
+    fn set_side_outputs(&mut self, side_outputs: SideOutputs) -> Result<(), TaskError> {
+        self.side = side_outputs;
+        Ok(())
     }
 
     fn open(&mut self) -> Result<(), TaskError> {

@@ -78,7 +78,8 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>>
             let (function, core) = (&mut self.function, &self.core);
             let (backend, timers) = (&mut self.backend, &mut self.timers);
             out.set_timestamp((domain == TimeDomain::EventTime).then_some(timestamp));
-            call_with_collector(&core.name, out, |out| {
+            let mut side = out.take_side_outputs();
+            let result = call_with_collector(&core.name, out, |out| {
                 let mut ctx = KeyedContext {
                     key: &key,
                     slot,
@@ -87,9 +88,12 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>>
                     runtime: &core.runtime,
                     timestamp: Some(timestamp),
                     time_domain: Some(domain),
+                    side: side.as_deref_mut(),
                 };
                 function.on_timer(timestamp, &mut ctx, out)
-            })?;
+            });
+            out.return_side_outputs(side);
+            result?;
         }
         Ok(())
     }
@@ -151,7 +155,8 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         let (function, core) = (&mut self.function, &self.core);
         let (backend, timers) = (&mut self.backend, &mut self.timers);
         let timestamp = out.timestamp();
-        call_with_collector(&core.name, out, |out| {
+        let mut side = out.take_side_outputs();
+        let result = call_with_collector(&core.name, out, |out| {
             let mut ctx = KeyedContext {
                 key: &key,
                 slot,
@@ -160,9 +165,12 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
                 runtime: &core.runtime,
                 timestamp,
                 time_domain: None,
+                side: side.as_deref_mut(),
             };
             function.process_element(record, &mut ctx, out)
-        })
+        });
+        out.return_side_outputs(side);
+        result
     }
 
     fn process_watermark(
@@ -198,14 +206,18 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         {
             let (function, core) = (&mut self.function, &self.core);
             let (backend, timers) = (&mut self.backend, &mut self.timers);
-            call_with_collector(&core.name, out, |out| {
+            let mut side = out.take_side_outputs();
+            let result = call_with_collector(&core.name, out, |out| {
                 let mut ctx = KeyedEndContext {
                     backend,
                     timers,
                     runtime: &core.runtime,
+                    side: side.as_deref_mut(),
                 };
                 function.end_input(&mut ctx, out)
-            })?;
+            });
+            out.return_side_outputs(side);
+            result?;
         }
         Ok(())
     }

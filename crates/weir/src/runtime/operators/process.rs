@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use crate::api::functions::ProcessFunction;
+use crate::api::functions::{ProcessContext, ProcessFunction};
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::chain::ChainOutput;
@@ -84,9 +84,18 @@ impl<I: Record, O: Record, P: ProcessFunction<I, O>> OneInputStreamOperator<I, O
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
         let (function, core) = (&mut self.function, &self.core);
-        call_with_collector(&core.name, out, |out| {
-            function.process_element(record, &core.runtime, out)
-        })
+        let timestamp = out.timestamp();
+        let mut side = out.take_side_outputs();
+        let result = call_with_collector(&core.name, out, |out| {
+            let mut ctx = ProcessContext {
+                runtime: &core.runtime,
+                timestamp,
+                side: side.as_deref_mut(),
+            };
+            function.process_element(record, &mut ctx, out)
+        });
+        out.return_side_outputs(side);
+        result
     }
 
     fn end_input(

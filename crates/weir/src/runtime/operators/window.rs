@@ -64,6 +64,7 @@ where
     trigger: Tr,
     contents: C,
     lateness: Lateness,
+    late_side_output: Option<Arc<str>>,
     late_records_dropped: u64,
     _types: std::marker::PhantomData<fn(T)>,
 }
@@ -77,7 +78,8 @@ where
     C: WindowContents<K, T, A::Window>,
 {
     /// Windows of `assigner` over records keyed by `key_selector`, fired by `trigger`, with
-    /// `contents`; records too late for every window are dropped and counted.
+    /// `contents`; records too late for every window go to side output `late_side_output`,
+    /// or are dropped and counted without one.
     pub fn new(
         setup: &OperatorSetup,
         key_selector: Arc<dyn KeySelector<T, Key = K>>,
@@ -85,6 +87,7 @@ where
         trigger: Tr,
         contents: C,
         lateness: Lateness,
+        late_side_output: Option<Arc<str>>,
     ) -> Result<Self, TaskError> {
         let mut backend = OperatorCore::keyed_backend(setup)?;
         let timers = InternalTimerService::open(&mut backend)?;
@@ -99,6 +102,7 @@ where
             trigger,
             contents,
             lateness,
+            late_side_output,
             late_records_dropped: 0,
             _types: std::marker::PhantomData,
         })
@@ -460,7 +464,10 @@ where
             && self.is_event_time()
             && timestamp.saturating_add(self.lateness.allowed) <= self.timers.current_watermark();
         if late {
-            self.late_records_dropped += 1;
+            match (&self.late_side_output, record) {
+                (Some(tag), Some(record)) => out.emit_side(tag, record)?,
+                _ => self.late_records_dropped += 1,
+            }
         }
         self.register_timers(&key, slot, ctx, &cleanups)?;
         self.put_entries(&key, slot, entries)
@@ -530,6 +537,7 @@ mod tests {
             EventTimeTrigger,
             ReduceContents::new(sum as fn(_, _) -> _),
             Lateness { allowed: 5 },
+            None,
         )
         .unwrap();
         drive(&mut op, |op, out| {
