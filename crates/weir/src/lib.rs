@@ -15,11 +15,13 @@ pub mod state;
 pub mod time;
 pub mod windowing;
 
+pub use api::connected_streams::{ConnectedStreams, KeyedConnectedStreams};
 pub use api::data_stream::{DataStream, DataStreamSink};
 pub use api::environment::StreamExecutionEnvironment;
 pub use api::functions::{
-    AggregateFunction, FunctionStateContext, KeyedContext, KeyedEndContext, KeyedProcessFunction,
-    ProcessContext, ProcessFunction, RuntimeContext,
+    AggregateFunction, CoProcessFunction, FunctionStateContext, KeyedCoProcessFunction,
+    KeyedContext, KeyedEndContext, KeyedProcessFunction, ProcessContext, ProcessFunction,
+    RuntimeContext,
 };
 pub use api::keyed_stream::KeyedStream;
 pub use api::output_tag::OutputTag;

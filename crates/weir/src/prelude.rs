@@ -24,11 +24,13 @@
 //! # Ok::<(), WeirError>(())
 //! ```
 
+pub use crate::api::connected_streams::{ConnectedStreams, KeyedConnectedStreams};
 pub use crate::api::data_stream::{DataStream, DataStreamSink};
 pub use crate::api::environment::StreamExecutionEnvironment;
 pub use crate::api::functions::{
-    AggregateFunction, FunctionStateContext, KeyedContext, KeyedEndContext, KeyedProcessFunction,
-    ProcessContext, ProcessFunction, RuntimeContext,
+    AggregateFunction, CoProcessFunction, FunctionStateContext, KeyedCoProcessFunction,
+    KeyedContext, KeyedEndContext, KeyedProcessFunction, ProcessContext, ProcessFunction,
+    RuntimeContext,
 };
 pub use crate::api::keyed_stream::KeyedStream;
 pub use crate::api::output_tag::OutputTag;

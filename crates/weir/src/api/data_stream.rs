@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::api::connected_streams::ConnectedStreams;
 use crate::api::functions::{ProcessFunction, RuntimeContext};
 use crate::api::graph_builder::{
     GraphBuilder, PartitionerSpec, PendingNode, SideOutputSpec, Upstream,
@@ -330,6 +331,12 @@ impl<T: Record> DataStream<T> {
             A::DefaultTrigger::default(),
             true,
         )
+    }
+
+    /// Connects this stream with `other`, of any record type, for an operator that reads
+    /// both (Flink's `connect`). See [`ConnectedStreams`].
+    pub fn connect<B: Record>(&self, other: &DataStream<B>) -> ConnectedStreams<T, B> {
+        ConnectedStreams::new(self.clone(), other.clone())
     }
 
     /// Merges this stream with `other`: the next operator reads both.

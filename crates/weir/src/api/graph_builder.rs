@@ -84,6 +84,8 @@ struct PendingEdge {
     target: NodeId,
     partitioner: PartitionerSpec,
     side_output: Option<SideOutputSpec>,
+    /// Which input of the target: 1, or 2 for a two-input operator's second.
+    input: u8,
 }
 
 /// The job under construction.
@@ -114,19 +116,36 @@ impl GraphBuilder {
 
     /// Adds an operator fed by `inputs`.
     pub fn add_node(&mut self, node: PendingNode, inputs: &[Upstream]) -> NodeId {
+        self.add_node_with_inputs(node, &[inputs])
+    }
+
+    /// Adds a two-input operator fed by `first` and `second`.
+    pub fn add_two_input_node(
+        &mut self,
+        node: PendingNode,
+        first: &[Upstream],
+        second: &[Upstream],
+    ) -> NodeId {
+        self.add_node_with_inputs(node, &[first, second])
+    }
+
+    fn add_node_with_inputs(&mut self, node: PendingNode, inputs: &[&[Upstream]]) -> NodeId {
         if let Some(job) = &self.executed {
             let job = job.clone();
             self.error(GraphError::AlreadyExecuted { job });
         }
         let id = NodeId(self.nodes.len() as u32);
         self.nodes.push(node);
-        for input in inputs {
-            self.edges.push(PendingEdge {
-                source: input.node,
-                target: id,
-                partitioner: input.partitioner.clone(),
-                side_output: input.side_output.clone(),
-            });
+        for (number, upstreams) in inputs.iter().enumerate() {
+            for input in upstreams.iter() {
+                self.edges.push(PendingEdge {
+                    source: input.node,
+                    target: id,
+                    partitioner: input.partitioner.clone(),
+                    side_output: input.side_output.clone(),
+                    input: number as u8 + 1,
+                });
+            }
         }
         id
     }
@@ -196,6 +215,7 @@ impl GraphBuilder {
                 source: e.source,
                 target: e.target,
                 side_output: e.side_output.as_ref().map(|s| s.tag.to_string()),
+                input: e.input,
                 partitioner: match e.partitioner {
                     PartitionerSpec::Default => {
                         if nodes[e.source.index()].parallelism

@@ -94,6 +94,16 @@ impl<T: Record, K: Key> KeyedStream<T, K> {
         self.rolling("Keyed Reduce", ReduceAggregator::new(f))
     }
 
+    /// The key selector.
+    pub(crate) fn selector(&self) -> Arc<dyn KeySelector<T, Key = K>> {
+        self.selector.clone()
+    }
+
+    /// The hash-partitioned stream underneath.
+    pub(crate) fn into_stream(self) -> DataStream<T> {
+        self.stream
+    }
+
     /// Cuts each key's records into the windows `assigner` makes (Flink's `window`); pick a
     /// window function on the result. See [`WindowedStream`].
     pub fn window<A>(&self, assigner: A) -> WindowedStream<T, K, A, A::DefaultTrigger>

@@ -1,5 +1,6 @@
 //! The DataStream API: how a program declares a job.
 
+pub mod connected_streams;
 pub mod data_stream;
 pub mod environment;
 pub mod functions;

@@ -85,6 +85,13 @@ pub struct StreamEdge {
     /// The side output of `source` the edge carries (`None`: its main output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub side_output: Option<String>,
+    /// Which input of `target` it feeds: 1, or 2 for a two-input operator's second.
+    #[serde(default = "first_input")]
+    pub input: u8,
+}
+
+fn first_input() -> u8 {
+    1
 }
 
 /// The logical job: operators and their connections, in topological order (an operator's
@@ -233,6 +240,7 @@ pub(crate) mod test_graphs {
                 target,
                 partitioner,
                 side_output: None,
+                input: 1,
             });
             id
         }

@@ -150,7 +150,7 @@ pub fn deploy(
     // Channels were listed grouped by job edge and producer in output order, and numbered
     // per consumer in the same order, so pushing in list order keeps both orders.
     let mut senders: HashMap<(usize, SubtaskRef), Vec<AnyBox>> = HashMap::new();
-    let mut receivers: HashMap<SubtaskRef, Vec<AnyBox>> = HashMap::new();
+    let mut receivers: HashMap<SubtaskRef, Vec<(u8, AnyBox)>> = HashMap::new();
     for ch in &eg.channels {
         let stream_edge = jg.edges[ch.job_edge].stream_edge;
         let (tx, rx) = job.edge_type(stream_edge).channel(config.channel_capacity);
@@ -158,7 +158,8 @@ pub fn deploy(
             .entry((ch.job_edge, ch.producer))
             .or_default()
             .push(tx);
-        receivers.entry(ch.consumer).or_default().push(rx);
+        let input = sg.edges[stream_edge.index()].input;
+        receivers.entry(ch.consumer).or_default().push((input, rx));
     }
 
     let mut coordinators = Vec::new();
@@ -325,23 +326,20 @@ pub fn deploy(
             }
             None => {
                 let head = vertex.head();
-                let input_type = sg
-                    .in_edges(head)
-                    .next()
-                    .map(|e| job.edge_type(e.id))
-                    .ok_or_else(|| {
-                        WeirError::Internal(format!(
-                            "operator `{}` has no input",
-                            sg.node(head).name
-                        ))
-                    })?;
+                let NodeFactory::Operator(factory) = &job.factories[head.index()] else {
+                    return Err(WeirError::Internal(format!(
+                        "chain head `{}` is a source without a source task",
+                        sg.node(head).name
+                    ))
+                    .into());
+                };
                 let at = *position
                     .get(&head)
                     .ok_or_else(|| WeirError::Internal("chain head missing".into()))?;
                 let chain = OperatorChain::new(nodes, vec![at], config.buffer_size)
                     .map_err(|e| WeirError::Internal(e.to_string()))?;
-                input_type
-                    .input_task(
+                factory
+                    .create_task(
                         receivers.remove(&ev.id).unwrap_or_default(),
                         chain,
                         cancel.clone(),

@@ -9,9 +9,9 @@ use crate::runtime::stream_element::StreamElement;
 
 /// What a blocking read of the gate yields.
 #[derive(Debug, PartialEq)]
-pub enum GateNext<T, C> {
+pub enum GateNext<E, C> {
     /// An element of input channel `.0`.
-    Element(usize, StreamElement<T>),
+    Element(usize, E),
     /// A message from the side channel watched alongside the inputs.
     Other(C),
     /// The deadline passed first.
@@ -120,13 +120,35 @@ impl<T> InputGate<T> {
         Ok(None)
     }
 
+    /// The receivers of the channels that may be read now, with their indexes (to wait on
+    /// several gates at once).
+    pub(crate) fn readable(&self) -> Vec<(usize, &Receiver<StreamElement<T>>)> {
+        self.channels
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_readable())
+            .map(|(i, c)| (i, &c.receiver.rx))
+            .collect()
+    }
+
+    /// `channel` was just read by a wait over several gates: it goes to the back of the
+    /// round-robin.
+    pub(crate) fn was_read(&mut self, channel: usize) {
+        self.next = (channel + 1) % self.channels.len();
+    }
+
+    /// The cancellation signal the gate obeys.
+    pub(crate) fn cancel(&self) -> &CancelToken {
+        &self.cancel
+    }
+
     /// The next element of a readable channel, waiting for one, for a message on `side`,
     /// for cancellation, or until `deadline`.
     pub fn next_blocking<C>(
         &mut self,
         side: &Receiver<C>,
         deadline: Option<std::time::Instant>,
-    ) -> Result<GateNext<T, C>, TaskError> {
+    ) -> Result<GateNext<StreamElement<T>, C>, TaskError> {
         if let Some((channel, element)) = self.poll()? {
             return Ok(GateNext::Element(channel, element));
         }

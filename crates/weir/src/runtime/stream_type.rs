@@ -1,22 +1,18 @@
 //! Type erasure at the graph boundary. The graph layers are untyped data; each node keeps a
 //! [`StreamType`] of its output records, which can create the typed channels, record writers
-//! and input loops that the runtime wires between nodes. Everything typed is built
+//! and side outputs that the runtime wires between nodes. Everything typed is built
 //! once at deployment, never per record.
 
 use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::graph::partitioner::PartitionerKind;
 use crate::record::Record;
-use crate::runtime::chain::{ChainedNode, OperatorChain, SideOutputSlot};
-use crate::runtime::channel::{channel, CancelToken, ChannelReceiver, ChannelSender};
-use crate::runtime::input_gate::InputGate;
+use crate::runtime::chain::{ChainedNode, SideOutputSlot};
+use crate::runtime::channel::{channel, CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
-use crate::runtime::one_input_task::OneInputStreamTask;
 use crate::runtime::record_writer::{ChannelSelector, RecordWriter};
-use crate::runtime::task::Invokable;
 use crate::state::key_group::KeyGroupAssigner;
 
 /// A typed runtime object behind `dyn Any`.
@@ -57,14 +53,6 @@ pub trait StreamType: Send + Sync {
     fn side_output_slot(&self, tag: Arc<str>, successors: Vec<usize>) -> SideOutputSlot;
     /// The `TypeId` of the records.
     fn record_type_id(&self) -> std::any::TypeId;
-    /// The loop reading `receivers` into `chain`.
-    fn input_task(
-        &self,
-        receivers: Vec<AnyBox>,
-        chain: OperatorChain,
-        cancel: CancelToken,
-        buffer_timeout: Duration,
-    ) -> Result<Box<dyn Invokable>, String>;
 }
 
 /// The [`StreamType`] of records of type `T`.
@@ -142,23 +130,5 @@ impl<T: Record> StreamType for TypeOf<T> {
 
     fn record_type_id(&self) -> std::any::TypeId {
         std::any::TypeId::of::<T>()
-    }
-
-    fn input_task(
-        &self,
-        receivers: Vec<AnyBox>,
-        chain: OperatorChain,
-        cancel: CancelToken,
-        buffer_timeout: Duration,
-    ) -> Result<Box<dyn Invokable>, String> {
-        let receivers = receivers
-            .into_iter()
-            .map(|r| downcast::<ChannelReceiver<T>>(r, "channel receiver"))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Box::new(OneInputStreamTask::new(
-            InputGate::new(receivers, cancel),
-            chain,
-            buffer_timeout,
-        )))
     }
 }

@@ -9,14 +9,14 @@
 //! ownership.
 
 mod chain_output;
-mod one_input_node;
+mod operator_node;
 mod side_output;
 
 use std::any::{Any, TypeId};
 
 pub(crate) use chain_output::forward_batch;
 pub use chain_output::ChainOutput;
-pub use one_input_node::OneInputNode;
+pub use operator_node::{OneInputNode, TwoInputNode};
 pub use side_output::{SideOutputSlot, SideOutputs};
 
 use crate::error::TaskError;
@@ -57,6 +57,17 @@ pub trait ChainedNode: Send {
         batch: &mut dyn Any,
         rest: &mut ChainTail,
     ) -> Result<(), TaskError>;
+    /// Processes a batch of the second input (two-input operators, which head their chain).
+    fn process_records_second(
+        &mut self,
+        _batch: &mut dyn Any,
+        _rest: &mut ChainTail,
+    ) -> Result<(), TaskError> {
+        Err(TaskError::Internal(format!(
+            "`{}` has one input, but records of a second arrived",
+            self.name()
+        )))
+    }
     /// Processes a watermark (after every record before it), emitting into `rest`.
     fn process_watermark(
         &mut self,
@@ -212,6 +223,21 @@ impl OperatorChain {
     /// The last watermark passed to the entry nodes, if any.
     pub fn entry_watermark(&self) -> Option<Watermark> {
         self.entry_watermark
+    }
+
+    /// Pushes a batch of the task's second input into the chain's head (drains it).
+    pub fn process_records_second<T: crate::record::Record>(
+        &mut self,
+        batch: &mut RecordBatch<T>,
+    ) -> Result<(), TaskError> {
+        let head = *self
+            .entry
+            .first()
+            .ok_or_else(|| TaskError::Internal("a two-input chain without a head".into()))?;
+        let (node, rest) = self.nodes[head..]
+            .split_first_mut()
+            .ok_or_else(|| TaskError::Internal("operator chain entry out of range".into()))?;
+        node.process_records_second(batch as &mut dyn Any, rest)
     }
 
     /// Passes a watermark to the entry nodes.

@@ -1,34 +1,26 @@
-//! `process` on a keyed stream: a [`KeyedProcessFunction`] with the current key, keyed state
-//! and operator state.
+//! `process` on a keyed stream: a [`KeyedProcessFunction`] with the current key, keyed state,
+//! timers and operator state.
 
 use std::sync::Arc;
 
-use crate::api::functions::{KeyedContext, KeyedEndContext, KeyedProcessFunction};
+use crate::api::functions::KeyedProcessFunction;
 use crate::error::TaskError;
 use crate::record::{Key, Record};
 use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OneInputStreamOperator,
-    OperatorCore, StreamOperator,
-};
-use crate::runtime::output::{call_user, call_with_collector, in_operator};
+use crate::runtime::operators::keyed_harness::KeyedHarness;
+use crate::runtime::operators::{notify_hook, OneInputStreamOperator, StreamOperator};
+use crate::runtime::output::call_user;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
-use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
-use crate::state::operator_state::OperatorStateBackend;
-use crate::state::timers::{InternalTimerService, TimeDomain};
+use crate::state::timers::TimeDomain;
 use crate::time::Watermark;
 
 /// Runs a keyed process function over the key groups of its subtask.
 pub struct KeyedProcessOperator<K, I, O, P> {
-    core: OperatorCore,
+    keyed: KeyedHarness<K>,
     key_selector: Arc<dyn KeySelector<I, Key = K>>,
-    backend: HeapKeyedStateBackend<K>,
-    operator_state: OperatorStateBackend,
-    end_of_input: EndOfInput,
-    timers: InternalTimerService<K>,
     function: P,
     _output: std::marker::PhantomData<fn() -> O>,
 }
@@ -40,62 +32,12 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         function: P,
     ) -> Result<Self, TaskError> {
-        let mut backend = OperatorCore::keyed_backend(setup)?;
-        let timers = InternalTimerService::open(&mut backend)?;
         Ok(Self {
-            core: OperatorCore::new(setup),
+            keyed: KeyedHarness::new(setup)?,
             key_selector,
-            backend,
-            operator_state: OperatorCore::operator_state(setup),
-            end_of_input: EndOfInput::default(),
-            timers,
             function,
             _output: std::marker::PhantomData,
         })
-    }
-}
-
-impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>>
-    KeyedProcessOperator<K, I, O, P>
-{
-    /// Fires every timer of `domain` due at `time`, in time order, including those that
-    /// the firing ones register at or before `time`. What `on_timer` emits carries the
-    /// timer's timestamp for event time, none for processing time (as in Flink).
-    fn fire_timers(
-        &mut self,
-        domain: TimeDomain,
-        time: i64,
-        out: &mut ChainOutput<'_, O>,
-    ) -> Result<(), TaskError> {
-        let name = &self.core.name;
-        let state_error = |e: crate::error::StateError| in_operator(name, e.into());
-        while let Some((timestamp, key)) = self
-            .timers
-            .pop_due(&mut self.backend, domain, time)
-            .map_err(state_error)?
-        {
-            let slot = self.backend.resolve_key(&key).map_err(state_error)?;
-            let (function, core) = (&mut self.function, &self.core);
-            let (backend, timers) = (&mut self.backend, &mut self.timers);
-            out.set_timestamp((domain == TimeDomain::EventTime).then_some(timestamp));
-            let mut side = out.take_side_outputs();
-            let result = call_with_collector(&core.name, out, |out| {
-                let mut ctx = KeyedContext {
-                    key: &key,
-                    slot,
-                    backend,
-                    timers,
-                    runtime: &core.runtime,
-                    timestamp: Some(timestamp),
-                    time_domain: Some(domain),
-                    side: side.as_deref_mut(),
-                };
-                function.on_timer(timestamp, &mut ctx, out)
-            });
-            out.return_side_outputs(side);
-            result?;
-        }
-        Ok(())
     }
 }
 
@@ -103,12 +45,10 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> StreamOpera
     for KeyedProcessOperator<K, I, O, P>
 {
     fn open(&mut self) -> Result<(), TaskError> {
-        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
-        let (function, core) = (&mut self.function, &self.core);
-        state_hook(core, &mut self.operator_state, None, |ctx| {
-            function.initialize_state(ctx)
-        })?;
-        call_hook(&core.name, || function.open(&core.runtime))
+        let function = &mut self.function;
+        self.keyed
+            .initialize(|ctx| function.initialize_state(ctx))?;
+        self.keyed.open(|runtime| function.open(runtime))
     }
 
     fn snapshot_state(
@@ -117,19 +57,13 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> StreamOpera
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
-        snapshot_operator(
-            &self.core,
-            &mut self.operator_state,
-            checkpoint_id,
-            Some(self.backend.snapshot()),
-            into,
-            |ctx| function.snapshot_state(ctx),
-        )
+        self.keyed
+            .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
     }
 
     fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
         notify_hook(
-            &self.core.name,
+            &self.keyed.core.name,
             notification,
             &mut self.function,
             |f, id| f.notify_checkpoint_complete(id),
@@ -147,30 +81,13 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
         let selector = &self.key_selector;
-        let key = call_user(&self.core.name, || selector.key(&record))?;
-        let slot = self
-            .backend
-            .resolve_key(&key)
-            .map_err(|e| in_operator(&self.core.name, e.into()))?;
-        let (function, core) = (&mut self.function, &self.core);
-        let (backend, timers) = (&mut self.backend, &mut self.timers);
+        let key = call_user(&self.keyed.core.name, || selector.key(&record))?;
+        let function = &mut self.function;
         let timestamp = out.timestamp();
-        let mut side = out.take_side_outputs();
-        let result = call_with_collector(&core.name, out, |out| {
-            let mut ctx = KeyedContext {
-                key: &key,
-                slot,
-                backend,
-                timers,
-                runtime: &core.runtime,
-                timestamp,
-                time_domain: None,
-                side: side.as_deref_mut(),
-            };
-            function.process_element(record, &mut ctx, out)
-        });
-        out.return_side_outputs(side);
-        result
+        self.keyed
+            .call_keyed(&key, timestamp, None, out, |ctx, out| {
+                function.process_element(record, ctx, out)
+            })
     }
 
     fn process_watermark(
@@ -178,13 +95,16 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         watermark: Watermark,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
-        self.timers.set_watermark(watermark.timestamp);
-        self.fire_timers(TimeDomain::EventTime, watermark.timestamp, out)?;
+        let function = &mut self.function;
+        self.keyed
+            .advance_watermark(watermark.timestamp, out, |t, ctx, out| {
+                function.on_timer(t, ctx, out)
+            })?;
         out.emit_watermark(watermark)
     }
 
     fn next_processing_time(&self) -> Option<i64> {
-        self.timers.next_processing_time()
+        self.keyed.next_processing_time()
     }
 
     fn on_processing_time(
@@ -192,7 +112,11 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         time: i64,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
-        self.fire_timers(TimeDomain::ProcessingTime, time, out)
+        let function = &mut self.function;
+        self.keyed
+            .fire_timers(TimeDomain::ProcessingTime, time, out, |t, ctx, out| {
+                function.on_timer(t, ctx, out)
+            })
     }
 
     fn end_input(
@@ -200,25 +124,8 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
         _cause: InputEnd,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
-        if self
-            .end_of_input
-            .ends_now(&self.core, &mut self.operator_state)?
-        {
-            let (function, core) = (&mut self.function, &self.core);
-            let (backend, timers) = (&mut self.backend, &mut self.timers);
-            let mut side = out.take_side_outputs();
-            let result = call_with_collector(&core.name, out, |out| {
-                let mut ctx = KeyedEndContext {
-                    backend,
-                    timers,
-                    runtime: &core.runtime,
-                    side: side.as_deref_mut(),
-                };
-                function.end_input(&mut ctx, out)
-            });
-            out.return_side_outputs(side);
-            result?;
-        }
-        Ok(())
+        let function = &mut self.function;
+        self.keyed
+            .end_input(out, |ctx, out| function.end_input(ctx, out))
     }
 }

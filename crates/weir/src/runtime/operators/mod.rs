@@ -2,8 +2,10 @@
 //! [`OneInputStreamOperator`]). The chain node around each operator does the plumbing they
 //! share: batches, the output over the successors, record counts.
 
+pub mod co_process;
 pub mod filter;
 pub mod flat_map;
+pub(crate) mod keyed_harness;
 pub mod keyed_process;
 pub mod map;
 pub mod process;
@@ -146,6 +148,64 @@ pub trait OneInputStreamOperator<I, O>: StreamOperator {
     }
     /// Work before a checkpoint's barrier leaves the task; what is emitted here belongs to
     /// the checkpoint.
+    fn prepare_snapshot_pre_barrier(
+        &mut self,
+        _checkpoint_id: u64,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// An operator with two inputs of records `I1` and `I2`, emitting records `O` (Flink's
+/// `TwoInputStreamOperator`): the operator of a connected stream. Its watermark is the
+/// minimum over both inputs' channels; barriers align across both; its input ends when both
+/// have.
+pub trait TwoInputStreamOperator<I1, I2, O>: StreamOperator {
+    /// Processes one record of the first input.
+    fn process_element1(
+        &mut self,
+        record: I1,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError>;
+    /// Processes one record of the second input.
+    fn process_element2(
+        &mut self,
+        record: I2,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError>;
+    /// Processes a watermark: by default passes it on.
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError>
+    where
+        O: Record,
+    {
+        out.emit_watermark(watermark)
+    }
+    /// The earliest processing time at which the operator has a timer to fire.
+    fn next_processing_time(&self) -> Option<i64> {
+        None
+    }
+    /// The wall clock reached `time`: fire the processing-time timers due.
+    fn on_processing_time(
+        &mut self,
+        _time: i64,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Both inputs have ended.
+    fn end_input(
+        &mut self,
+        _cause: InputEnd,
+        _out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Work before a checkpoint's barrier leaves the task.
     fn prepare_snapshot_pre_barrier(
         &mut self,
         _checkpoint_id: u64,

@@ -1,29 +1,32 @@
-//! The loop of a task whose chain head reads from channels: records, end-of-stream,
-//! checkpoint barriers (aligned per the checkpointing mode) and job manager messages.
+//! The loop of a task whose chain head reads from channels — one input or two — records,
+//! end-of-stream, checkpoint barriers (aligned per the checkpointing mode across every input
+//! channel), watermarks (the minimum over the active channels of all inputs) and job manager
+//! messages.
 
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::barrier_handler::{BarrierAction, BarrierHandler};
 use crate::error::TaskError;
-use crate::record::Record;
 use crate::runtime::chain::OperatorChain;
-use crate::runtime::input_gate::{GateNext, InputGate};
+use crate::runtime::input_gate::GateNext;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{
     await_final_checkpoint, await_stop_savepoint, checkpoint_chain, fire_due_processing_timers,
     CheckpointNotification, StopOutcome,
 };
-use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
+use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
+use crate::runtime::task_inputs::{InputEvent, TaskInputs};
 use crate::runtime::watermark_valve::{StatusWatermarkValve, ValveOutput};
 use crate::time::Watermark;
 
-/// Reads the input gate and pushes records through the operator chain, driving its lifecycle.
+/// Reads the task's inputs and pushes records through the operator chain, driving its
+/// lifecycle.
 ///
 /// Partly filled output batches are flushed when the input runs dry (so an idle pipeline
 /// has no added latency) and at the latest after the buffer timeout while busy.
-pub struct OneInputStreamTask<T> {
-    gate: InputGate<T>,
+pub struct StreamTask<In> {
+    gate: In,
     chain: OperatorChain,
     buffer_timeout: Duration,
     /// Checkpoint whose first barrier arrived, and when.
@@ -43,9 +46,9 @@ pub struct OneInputStreamTask<T> {
     valve: StatusWatermarkValve,
 }
 
-impl<T: Record> OneInputStreamTask<T> {
+impl<In: TaskInputs> StreamTask<In> {
     /// A task reading `gate` into `chain`.
-    pub fn new(gate: InputGate<T>, chain: OperatorChain, buffer_timeout: Duration) -> Self {
+    pub fn new(gate: In, chain: OperatorChain, buffer_timeout: Duration) -> Self {
         let data_ended = vec![false; gate.num_channels()];
         Self {
             gate,
@@ -270,7 +273,7 @@ impl<T: Record> OneInputStreamTask<T> {
     }
 }
 
-impl<T: Record> Invokable for OneInputStreamTask<T> {
+impl<In: TaskInputs> Invokable for StreamTask<In> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         self.chain.open()?;
         if self.gate.num_channels() == 0 {
@@ -300,15 +303,15 @@ impl<T: Record> Invokable for OneInputStreamTask<T> {
                 }
             };
             match element {
-                StreamElement::Records(mut batch) => {
-                    self.chain.process_records(&mut batch)?;
+                InputEvent::Records => {
+                    self.gate.process_pending(&mut self.chain)?;
                     let now = Instant::now();
                     if now >= flush_deadline {
                         self.chain.flush()?;
                         flush_deadline = now + self.buffer_timeout;
                     }
                 }
-                StreamElement::Event(event) => {
+                InputEvent::Event(event) => {
                     if self.on_event(channel, event, &mut handler, env)? {
                         return Ok(());
                     }

@@ -1,0 +1,284 @@
+//! `process` on connected streams: a [`CoProcessFunction`] over two inputs, or, keyed on both
+//! sides, a [`KeyedCoProcessFunction`] sharing keyed state and timers across them.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::api::functions::{CoProcessFunction, KeyedCoProcessFunction, ProcessContext};
+use crate::error::{BoxError, TaskError};
+use crate::record::{Key, Record};
+use crate::runtime::chain::ChainOutput;
+use crate::runtime::key_selector::KeySelector;
+use crate::runtime::operators::keyed_harness::KeyedHarness;
+use crate::runtime::operators::{
+    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
+    StreamOperator, TwoInputStreamOperator,
+};
+use crate::runtime::output::{call_user, call_with_collector, Collector};
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::InputEnd;
+use crate::runtime::task::OperatorSetup;
+use crate::state::operator_state::OperatorStateBackend;
+use crate::state::timers::TimeDomain;
+use crate::time::Watermark;
+
+/// Runs a co-process function with its lifecycle and operator state.
+pub struct CoProcessOperator<I1, I2, O, P> {
+    core: OperatorCore,
+    function: P,
+    operator_state: OperatorStateBackend,
+    end_of_input: EndOfInput,
+    _types: PhantomData<fn(I1, I2) -> O>,
+}
+
+impl<I1, I2, O, P> CoProcessOperator<I1, I2, O, P> {
+    /// An operator running `function`.
+    pub fn new(setup: &OperatorSetup, function: P) -> Self {
+        Self {
+            core: OperatorCore::new(setup),
+            operator_state: OperatorCore::operator_state(setup),
+            end_of_input: EndOfInput::default(),
+            function,
+            _types: PhantomData,
+        }
+    }
+
+    /// Calls `f` with a context over the record being processed.
+    fn call<Out: Record>(
+        &mut self,
+        out: &mut ChainOutput<'_, Out>,
+        f: impl FnOnce(&mut P, &mut ProcessContext<'_>, &mut Collector<'_, Out>) -> Result<(), BoxError>,
+    ) -> Result<(), TaskError> {
+        let (function, core) = (&mut self.function, &self.core);
+        let timestamp = out.timestamp();
+        let mut side = out.take_side_outputs();
+        let result = call_with_collector(&core.name, out, |out| {
+            let mut ctx = ProcessContext {
+                runtime: &core.runtime,
+                timestamp,
+                side: side.as_deref_mut(),
+            };
+            f(function, &mut ctx, out)
+        });
+        out.return_side_outputs(side);
+        result
+    }
+}
+
+impl<I1: Record, I2: Record, O: Record, P: CoProcessFunction<I1, I2, O>> StreamOperator
+    for CoProcessOperator<I1, I2, O, P>
+{
+    fn open(&mut self) -> Result<(), TaskError> {
+        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
+        let (function, core) = (&mut self.function, &self.core);
+        state_hook(core, &mut self.operator_state, None, |ctx| {
+            function.initialize_state(ctx)
+        })?;
+        call_hook(&core.name, || function.open(&core.runtime))
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        snapshot_operator(
+            &self.core,
+            &mut self.operator_state,
+            checkpoint_id,
+            None,
+            into,
+            |ctx| function.snapshot_state(ctx),
+        )
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        notify_hook(
+            &self.core.name,
+            notification,
+            &mut self.function,
+            |f, id| f.notify_checkpoint_complete(id),
+            |f, id| f.notify_checkpoint_aborted(id),
+        )
+    }
+}
+
+impl<I1: Record, I2: Record, O: Record, P: CoProcessFunction<I1, I2, O>>
+    TwoInputStreamOperator<I1, I2, O> for CoProcessOperator<I1, I2, O, P>
+{
+    fn process_element1(
+        &mut self,
+        record: I1,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.call(out, |f, ctx, out| f.process_element1(record, ctx, out))
+    }
+
+    fn process_element2(
+        &mut self,
+        record: I2,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.call(out, |f, ctx, out| f.process_element2(record, ctx, out))
+    }
+
+    fn end_input(
+        &mut self,
+        _cause: InputEnd,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        if self
+            .end_of_input
+            .ends_now(&self.core, &mut self.operator_state)?
+        {
+            let (function, core) = (&mut self.function, &self.core);
+            call_with_collector(&core.name, out, |out| {
+                function.end_input(&core.runtime, out)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a keyed co-process function: both inputs keyed alike, one keyed state and one timer
+/// service for both.
+pub struct KeyedCoProcessOperator<K, I1, I2, O, P> {
+    keyed: KeyedHarness<K>,
+    first_key: Arc<dyn KeySelector<I1, Key = K>>,
+    second_key: Arc<dyn KeySelector<I2, Key = K>>,
+    function: P,
+    _output: PhantomData<fn() -> O>,
+}
+
+impl<K: Key, I1, I2, O, P> KeyedCoProcessOperator<K, I1, I2, O, P> {
+    /// An operator running `function` on inputs keyed by `first_key` and `second_key`.
+    pub fn new(
+        setup: &OperatorSetup,
+        first_key: Arc<dyn KeySelector<I1, Key = K>>,
+        second_key: Arc<dyn KeySelector<I2, Key = K>>,
+        function: P,
+    ) -> Result<Self, TaskError> {
+        Ok(Self {
+            keyed: KeyedHarness::new(setup)?,
+            first_key,
+            second_key,
+            function,
+            _output: PhantomData,
+        })
+    }
+}
+
+impl<K, I1, I2, O, P> StreamOperator for KeyedCoProcessOperator<K, I1, I2, O, P>
+where
+    K: Key,
+    I1: Record,
+    I2: Record,
+    O: Record,
+    P: KeyedCoProcessFunction<K, I1, I2, O>,
+{
+    fn open(&mut self) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        self.keyed
+            .initialize(|ctx| function.initialize_state(ctx))?;
+        self.keyed.open(|runtime| function.open(runtime))
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        self.keyed
+            .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        notify_hook(
+            &self.keyed.core.name,
+            notification,
+            &mut self.function,
+            |f, id| f.notify_checkpoint_complete(id),
+            |f, id| f.notify_checkpoint_aborted(id),
+        )
+    }
+}
+
+impl<K, I1, I2, O, P> TwoInputStreamOperator<I1, I2, O> for KeyedCoProcessOperator<K, I1, I2, O, P>
+where
+    K: Key,
+    I1: Record,
+    I2: Record,
+    O: Record,
+    P: KeyedCoProcessFunction<K, I1, I2, O>,
+{
+    fn process_element1(
+        &mut self,
+        record: I1,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let selector = &self.first_key;
+        let key = call_user(&self.keyed.core.name, || selector.key(&record))?;
+        let function = &mut self.function;
+        let timestamp = out.timestamp();
+        self.keyed
+            .call_keyed(&key, timestamp, None, out, |ctx, out| {
+                function.process_element1(record, ctx, out)
+            })
+    }
+
+    fn process_element2(
+        &mut self,
+        record: I2,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let selector = &self.second_key;
+        let key = call_user(&self.keyed.core.name, || selector.key(&record))?;
+        let function = &mut self.function;
+        let timestamp = out.timestamp();
+        self.keyed
+            .call_keyed(&key, timestamp, None, out, |ctx, out| {
+                function.process_element2(record, ctx, out)
+            })
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        self.keyed
+            .advance_watermark(watermark.timestamp, out, |t, ctx, out| {
+                function.on_timer(t, ctx, out)
+            })?;
+        out.emit_watermark(watermark)
+    }
+
+    fn next_processing_time(&self) -> Option<i64> {
+        self.keyed.next_processing_time()
+    }
+
+    fn on_processing_time(
+        &mut self,
+        time: i64,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        self.keyed
+            .fire_timers(TimeDomain::ProcessingTime, time, out, |t, ctx, out| {
+                function.on_timer(t, ctx, out)
+            })
+    }
+
+    fn end_input(
+        &mut self,
+        _cause: InputEnd,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        self.keyed
+            .end_input(out, |ctx, out| function.end_input(ctx, out))
+    }
+}

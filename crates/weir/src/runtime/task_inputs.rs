@@ -1,0 +1,295 @@
+//! The inputs of a stream task as one list of channels: one typed input gate, or two (a
+//! connected stream), so that alignment, watermarks and the end of input work the same way
+//! over every channel of the task.
+
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Select};
+
+use crate::error::TaskError;
+use crate::record::Record;
+use crate::runtime::batch::RecordBatch;
+use crate::runtime::chain::OperatorChain;
+use crate::runtime::input_gate::{GateNext, InputGate};
+use crate::runtime::stream_element::{StreamElement, StreamEvent};
+use crate::runtime::task::TaskControl;
+
+/// What a read of the inputs yielded: records (held by the inputs until
+/// [`TaskInputs::process_pending`] hands them to the chain) or an event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum InputEvent {
+    /// A batch of records is pending.
+    Records,
+    /// An in-band event.
+    Event(StreamEvent),
+}
+
+/// The channels a stream task reads, numbered across all its inputs.
+pub trait TaskInputs: Send {
+    /// Number of channels, over all inputs.
+    fn num_channels(&self) -> usize;
+    /// The next element of a readable channel, if one is ready now.
+    fn poll(&mut self) -> Result<Option<(usize, InputEvent)>, TaskError>;
+    /// The next element, waiting for one, for a message on `side`, for cancellation, or
+    /// until `deadline`.
+    fn next_blocking(
+        &mut self,
+        side: &Receiver<TaskControl>,
+        deadline: Option<Instant>,
+    ) -> Result<GateNext<InputEvent, TaskControl>, TaskError>;
+    /// Hands the pending batch to the chain, as records of the input they came from.
+    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError>;
+    /// Holds back (or releases) `channel`.
+    fn set_blocked(&mut self, channel: usize, blocked: bool);
+    /// Releases every held-back channel.
+    fn unblock_all(&mut self);
+    /// Marks `channel` as ended.
+    fn mark_finished(&mut self, channel: usize);
+    /// Whether `channel` has ended.
+    fn is_channel_finished(&self, channel: usize) -> bool;
+    /// For each channel, whether it is still open.
+    fn open_flags(&self) -> Vec<bool>;
+    /// Whether every channel has ended.
+    fn is_finished(&self) -> bool;
+}
+
+fn event_of<T>(element: StreamElement<T>, pending: &mut Option<RecordBatch<T>>) -> InputEvent {
+    match element {
+        StreamElement::Records(batch) => {
+            *pending = Some(batch);
+            InputEvent::Records
+        }
+        StreamElement::Event(event) => InputEvent::Event(event),
+    }
+}
+
+/// The one input of a one-input task.
+pub struct OneInput<T> {
+    gate: InputGate<T>,
+    pending: Option<RecordBatch<T>>,
+}
+
+impl<T> OneInput<T> {
+    /// Reads `gate`.
+    pub fn new(gate: InputGate<T>) -> Self {
+        Self {
+            gate,
+            pending: None,
+        }
+    }
+}
+
+impl<T: Record> TaskInputs for OneInput<T> {
+    fn num_channels(&self) -> usize {
+        self.gate.num_channels()
+    }
+    fn poll(&mut self) -> Result<Option<(usize, InputEvent)>, TaskError> {
+        Ok(self
+            .gate
+            .poll()?
+            .map(|(channel, element)| (channel, event_of(element, &mut self.pending))))
+    }
+    fn next_blocking(
+        &mut self,
+        side: &Receiver<TaskControl>,
+        deadline: Option<Instant>,
+    ) -> Result<GateNext<InputEvent, TaskControl>, TaskError> {
+        Ok(match self.gate.next_blocking(side, deadline)? {
+            GateNext::Element(channel, element) => {
+                GateNext::Element(channel, event_of(element, &mut self.pending))
+            }
+            GateNext::Other(control) => GateNext::Other(control),
+            GateNext::Timeout => GateNext::Timeout,
+        })
+    }
+    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError> {
+        match self.pending.as_mut() {
+            Some(batch) => chain.process_records(batch),
+            None => Ok(()),
+        }
+    }
+    fn set_blocked(&mut self, channel: usize, blocked: bool) {
+        self.gate.set_blocked(channel, blocked);
+    }
+    fn unblock_all(&mut self) {
+        self.gate.unblock_all();
+    }
+    fn mark_finished(&mut self, channel: usize) {
+        self.gate.mark_finished(channel);
+    }
+    fn is_channel_finished(&self, channel: usize) -> bool {
+        self.gate.is_channel_finished(channel)
+    }
+    fn open_flags(&self) -> Vec<bool> {
+        self.gate.open_flags()
+    }
+    fn is_finished(&self) -> bool {
+        self.gate.is_finished()
+    }
+}
+
+/// The two inputs of a two-input task (connected streams): channels `0..n1` are the first
+/// input's, the rest the second's.
+pub struct TwoInputs<A, B> {
+    first: InputGate<A>,
+    second: InputGate<B>,
+    pending_first: Option<RecordBatch<A>>,
+    pending_second: Option<RecordBatch<B>>,
+    /// Which gate the next poll tries first, so that neither input starves the other.
+    second_next: bool,
+}
+
+impl<A, B> TwoInputs<A, B> {
+    /// Reads `first` and `second`.
+    pub fn new(first: InputGate<A>, second: InputGate<B>) -> Self {
+        Self {
+            first,
+            second,
+            pending_first: None,
+            pending_second: None,
+            second_next: false,
+        }
+    }
+
+    fn split(&self, channel: usize) -> Result<usize, usize> {
+        let n = self.first.num_channels();
+        if channel < n {
+            Ok(channel)
+        } else {
+            Err(channel - n)
+        }
+    }
+}
+
+impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
+    fn num_channels(&self) -> usize {
+        self.first.num_channels() + self.second.num_channels()
+    }
+
+    fn poll(&mut self) -> Result<Option<(usize, InputEvent)>, TaskError> {
+        let n = self.first.num_channels();
+        for _ in 0..2 {
+            let second = self.second_next;
+            self.second_next = !second;
+            if second {
+                if let Some((channel, element)) = self.second.poll()? {
+                    self.pending_first = None;
+                    return Ok(Some((
+                        n + channel,
+                        event_of(element, &mut self.pending_second),
+                    )));
+                }
+            } else if let Some((channel, element)) = self.first.poll()? {
+                self.pending_second = None;
+                return Ok(Some((channel, event_of(element, &mut self.pending_first))));
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_blocking(
+        &mut self,
+        side: &Receiver<TaskControl>,
+        deadline: Option<Instant>,
+    ) -> Result<GateNext<InputEvent, TaskControl>, TaskError> {
+        if let Some((channel, event)) = self.poll()? {
+            return Ok(GateNext::Element(channel, event));
+        }
+        let cancel = self.first.cancel().clone();
+        let n = self.first.num_channels();
+        let first = self.first.readable();
+        let second = self.second.readable();
+        let mut select = Select::new();
+        select.recv(cancel.receiver());
+        select.recv(side);
+        for (_, rx) in &first {
+            select.recv(rx);
+        }
+        for (_, rx) in &second {
+            select.recv(rx);
+        }
+        let operation = match deadline {
+            None => select.select(),
+            Some(deadline) => match select.select_deadline(deadline) {
+                Ok(operation) => operation,
+                Err(_) => return Ok(GateNext::Timeout),
+            },
+        };
+        // Select indices follow insertion order: cancel, side, the first input's channels,
+        // then the second's.
+        let index = operation.index();
+        if index == 0 {
+            let _ = operation.recv(cancel.receiver());
+            return Err(TaskError::Cancelled);
+        }
+        if index == 1 {
+            return match operation.recv(side) {
+                Ok(message) => Ok(GateNext::Other(message)),
+                Err(_) => Err(TaskError::Cancelled),
+            };
+        }
+        let closed = |_| TaskError::ChannelClosed { peer: "upstream" };
+        if index - 2 < first.len() {
+            let (channel, rx) = first[index - 2];
+            let element = operation.recv(rx).map_err(closed)?;
+            drop((first, second));
+            self.first.was_read(channel);
+            self.pending_second = None;
+            Ok(GateNext::Element(
+                channel,
+                event_of(element, &mut self.pending_first),
+            ))
+        } else {
+            let (channel, rx) = second[index - 2 - first.len()];
+            let element = operation.recv(rx).map_err(closed)?;
+            drop((first, second));
+            self.second.was_read(channel);
+            self.pending_first = None;
+            Ok(GateNext::Element(
+                n + channel,
+                event_of(element, &mut self.pending_second),
+            ))
+        }
+    }
+
+    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError> {
+        if let Some(batch) = self.pending_first.as_mut() {
+            chain.process_records(batch)?;
+        }
+        if let Some(batch) = self.pending_second.as_mut() {
+            chain.process_records_second(batch)?;
+        }
+        Ok(())
+    }
+
+    fn set_blocked(&mut self, channel: usize, blocked: bool) {
+        match self.split(channel) {
+            Ok(c) => self.first.set_blocked(c, blocked),
+            Err(c) => self.second.set_blocked(c, blocked),
+        }
+    }
+    fn unblock_all(&mut self) {
+        self.first.unblock_all();
+        self.second.unblock_all();
+    }
+    fn mark_finished(&mut self, channel: usize) {
+        match self.split(channel) {
+            Ok(c) => self.first.mark_finished(c),
+            Err(c) => self.second.mark_finished(c),
+        }
+    }
+    fn is_channel_finished(&self, channel: usize) -> bool {
+        match self.split(channel) {
+            Ok(c) => self.first.is_channel_finished(c),
+            Err(c) => self.second.is_channel_finished(c),
+        }
+    }
+    fn open_flags(&self) -> Vec<bool> {
+        let mut flags = self.first.open_flags();
+        flags.extend(self.second.open_flags());
+        flags
+    }
+    fn is_finished(&self) -> bool {
+        self.first.is_finished() && self.second.is_finished()
+    }
+}
