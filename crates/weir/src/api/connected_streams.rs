@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::api::data_stream::DataStream;
 use crate::api::functions::{CoProcessFunction, KeyedCoProcessFunction, ProcessContext};
 use crate::api::graph_builder::{GraphBuilder, PendingNode};
+use crate::api::keyed_stream::KeyedStream;
 use crate::error::{BoxError, GraphError};
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::{Key, Record};
@@ -126,15 +127,7 @@ impl<A: Record, B: Record> ConnectedStreams<A, B> {
         F1: Fn(&A) -> K + Send + Sync + 'static,
         F2: Fn(&B) -> K + Send + Sync + 'static,
     {
-        let first = self.first.key_by(first);
-        let second = self.second.key_by(second);
-        KeyedConnectedStreams {
-            first_selector: first.selector(),
-            second_selector: second.selector(),
-            first: first.into_stream(),
-            second: second.into_stream(),
-            _key: PhantomData,
-        }
+        KeyedConnectedStreams::from_keyed(self.first.key_by(first), self.second.key_by(second))
     }
 }
 
@@ -188,6 +181,17 @@ pub struct KeyedConnectedStreams<A, B, K> {
 }
 
 impl<A: Record, B: Record, K: Key> KeyedConnectedStreams<A, B, K> {
+    /// Connects two streams already keyed alike.
+    pub(crate) fn from_keyed(first: KeyedStream<A, K>, second: KeyedStream<B, K>) -> Self {
+        Self {
+            first_selector: first.selector(),
+            second_selector: second.selector(),
+            first: first.into_stream(),
+            second: second.into_stream(),
+            _key: PhantomData,
+        }
+    }
+
     /// Runs a [`KeyedCoProcessFunction`]: keyed state and timers shared by both inputs.
     pub fn process<O, P>(&self, function: P) -> DataStream<O>
     where

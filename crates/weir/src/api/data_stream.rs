@@ -10,6 +10,7 @@ use crate::api::functions::{ProcessFunction, RuntimeContext};
 use crate::api::graph_builder::{
     GraphBuilder, PartitionerSpec, PendingNode, SideOutputSpec, Upstream,
 };
+use crate::api::join::JoinedStreams;
 use crate::api::keyed_stream::KeyedStream;
 use crate::api::output_tag::OutputTag;
 use crate::api::windowed_stream::WindowedStream;
@@ -331,6 +332,13 @@ impl<T: Record> DataStream<T> {
             A::DefaultTrigger::default(),
             true,
         )
+    }
+
+    /// Joins this stream with `other` in windows (Flink's `join`): give both keys with
+    /// `where_` and `equal_to`, then the windows and the join function. See
+    /// [`JoinedStreams`](crate::api::join::JoinedStreams).
+    pub fn join<B: Record>(&self, other: &DataStream<B>) -> JoinedStreams<T, B> {
+        JoinedStreams::new(self.clone(), other.clone())
     }
 
     /// Connects this stream with `other`, of any record type, for an operator that reads

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::api::data_stream::DataStream;
 use crate::api::functions::{AggregateFunction, KeyedProcessFunction};
+use crate::api::join::IntervalJoin;
 use crate::api::windowed_stream::WindowedStream;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::{Key, Record};
@@ -40,7 +41,22 @@ pub struct KeyedStream<T, K> {
     selector: Arc<dyn KeySelector<T, Key = K>>,
 }
 
+impl<T, K> Clone for KeyedStream<T, K> {
+    fn clone(&self) -> Self {
+        Self {
+            stream: self.stream.clone(),
+            selector: self.selector.clone(),
+        }
+    }
+}
+
 impl<T: Record, K: Key> KeyedStream<T, K> {
+    /// Joins this stream with `other`, keyed alike, by time interval (Flink's
+    /// `intervalJoin`): set the bounds with `between`. See [`IntervalJoin`].
+    pub fn interval_join<B: Record>(&self, other: &KeyedStream<B, K>) -> IntervalJoin<T, B, K> {
+        IntervalJoin::new(self.clone(), other.clone())
+    }
+
     pub(crate) fn new(stream: DataStream<T>, selector: Arc<dyn KeySelector<T, Key = K>>) -> Self {
         Self { stream, selector }
     }

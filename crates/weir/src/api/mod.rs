@@ -5,6 +5,7 @@ pub mod data_stream;
 pub mod environment;
 pub mod functions;
 pub(crate) mod graph_builder;
+pub mod join;
 pub mod keyed_stream;
 pub mod output_tag;
 pub mod windowed_stream;
