@@ -87,6 +87,18 @@ pub enum GraphError {
         /// Second operator carrying it.
         second: String,
     },
+    /// An operator works in event time, but no watermark strategy is upstream of it.
+    #[error(
+        "operator `{operator}` is {what} and works in event time, but no watermarks reach it: \
+         give its source a WatermarkStrategy (`from_source(source, strategy, name)`), or call \
+         `assign_timestamps_and_watermarks` before it"
+    )]
+    NoEventTime {
+        /// The operator.
+        operator: String,
+        /// What it is.
+        what: &'static str,
+    },
     /// A window operator's assigner cannot make windows as configured.
     #[error("window operator `{operator}`: {reason}")]
     InvalidWindow {

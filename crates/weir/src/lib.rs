@@ -40,5 +40,6 @@ pub use record::{Key, Record};
 pub use runtime::job_result::{JobExecutionResult, JobStatus};
 pub use runtime::mini_cluster::JobClient;
 pub use runtime::output::Collector;
+pub use state::ttl::{StateTtlConfig, TtlUpdateType};
 pub use state::{AggregatingState, ListState, MapState, ReducingState, ValueState};
 pub use time::{Watermark, WatermarkStrategy};

@@ -194,3 +194,33 @@ fn a_generator_going_backwards_is_ignored_and_counted() {
         Some(Watermark::MAX)
     );
 }
+
+#[test]
+fn assigned_timestamps_get_periodic_watermarks_while_the_stream_runs() {
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_auto_watermark_interval(Duration::from_millis(10));
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        GeneratorSource::unbounded(|i| i as i64 * 10).with_rate_limit(2_000.0),
+        WatermarkStrategy::no_watermarks(),
+        "numbers",
+    )
+    .assign_timestamps_and_watermarks(
+        WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|t: &i64, _| *t),
+    )
+    .rebalance()
+    .map(|t| t)
+    .parallelism(2)
+    .sink_to(DiscardingSink, "out");
+    let client = env.execute_async("periodic").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let result = client.cancel().unwrap();
+    let watermark = result.operator("Map").unwrap().watermark;
+    // Hundreds of records at 10 ms of event time each: the watermark has moved well past 0,
+    // without any end of input.
+    assert!(
+        watermark.is_some_and(|w| w.timestamp > 100 && w < Watermark::MAX),
+        "{watermark:?}"
+    );
+}

@@ -464,7 +464,7 @@ fn a_window_of_size_zero_is_refused_naming_the_operator() {
 }
 
 #[test]
-fn event_time_windows_on_records_without_timestamps_fail_naming_the_operator() {
+fn event_time_windows_without_watermarks_upstream_are_refused_at_build_time() {
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
     env.generate(10, |i| (i, i))
@@ -472,6 +472,26 @@ fn event_time_windows_on_records_without_timestamps_fail_naming_the_operator() {
         .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
         .reduce(|a, _| a)
         .sink_to(DiscardingSink, "out");
+    let error = env.plan("no watermarks").unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("TumblingEventTimeWindows"), "{text}");
+    assert!(text.contains("no watermarks reach it"), "{text}");
+}
+
+#[test]
+fn records_without_timestamps_fail_an_event_time_window_naming_it() {
+    let env =
+        StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
+    // Watermarks, but no timestamp assigner, and a source that gives records none.
+    env.from_source(
+        GeneratorSource::new(10, |i| (i, i)),
+        WatermarkStrategy::for_monotonous_timestamps(),
+        "numbers",
+    )
+    .key_by(|r: &(u64, u64)| r.0)
+    .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+    .reduce(|a, _| a)
+    .sink_to(DiscardingSink, "out");
     let error = env.execute("no timestamps").unwrap_err();
     let text = error.to_string();
     assert!(text.contains("TumblingEventTimeWindows"), "{text}");

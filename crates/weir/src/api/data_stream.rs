@@ -28,10 +28,12 @@ use crate::runtime::operators::flat_map::{FlatMapIterOperator, FlatMapOperator};
 use crate::runtime::operators::map::MapOperator;
 use crate::runtime::operators::process::ProcessOperator;
 use crate::runtime::operators::sink_writer::SinkWriterOperator;
+use crate::runtime::operators::timestamps_and_watermarks::TimestampsAndWatermarksOperator;
 use crate::runtime::operators::OneInputStreamOperator;
 use crate::runtime::output::Collector;
 use crate::runtime::stream_type::{SharedAny, TypeOf};
 use crate::runtime::task::OperatorSetup;
+use crate::time::WatermarkStrategy;
 use crate::windowing::assigners::WindowAssigner;
 use crate::windowing::trigger::Trigger;
 
@@ -110,7 +112,7 @@ impl<T: Record> DataStream<T> {
     }
 
     /// The single operator this stream is the plain output of, if any.
-    fn own_node(&self) -> Option<NodeId> {
+    pub(crate) fn own_node(&self) -> Option<NodeId> {
         match self.upstreams.as_slice() {
             [Upstream {
                 node,
@@ -286,6 +288,65 @@ impl<T: Record> DataStream<T> {
             }],
             _record: PhantomData,
         }
+    }
+
+    /// Gives the records event timestamps and generates watermarks after `strategy`, in
+    /// the middle of a pipeline (Flink's `assignTimestampsAndWatermarks`); prefer giving the
+    /// strategy to the source, where each split keeps its own watermark. Watermarks from
+    /// upstream are replaced by the new ones.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::windowing::TumblingEventTimeWindows;
+    ///
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let counts = env
+    ///     .from_collection(vec!["1000,a".to_string(), "1500,b".into(), "2500,a".into()])
+    ///     .map(|line: String| {
+    ///         let (time, word) = line.split_once(',').unwrap_or(("0", &line));
+    ///         (time.parse::<i64>().unwrap_or(0), word.to_string())
+    ///     })
+    ///     .assign_timestamps_and_watermarks(
+    ///         WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|e: &(i64, String), _| e.0),
+    ///     )
+    ///     .window_all(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+    ///     .process(|_: &(), _: &weir::windowing::WindowContext<'_, weir::windowing::TimeWindow>, e: &[(i64, String)], out: &mut Collector<'_, usize>| {
+    ///         out.collect(e.len());
+    ///         Ok(())
+    ///     })
+    ///     .collect();
+    /// env.execute("assigned")?;
+    /// assert_eq!(counts.take(), vec![2, 1]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn assign_timestamps_and_watermarks(
+        &self,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        let description = strategy.describe();
+        let described = strategy;
+        let stream = self.add_operator(
+            "Timestamps/Watermarks",
+            OperatorKind::Operator,
+            false,
+            move |setup| {
+                Ok(TimestampsAndWatermarksOperator::new(
+                    setup,
+                    described.clone(),
+                ))
+            },
+        );
+        configure_node(
+            &stream.builder,
+            stream.own_node(),
+            "assign_timestamps_and_watermarks",
+            |n| {
+                n.generates_event_time = true;
+                n.watermarks = Some(description);
+            },
+        );
+        stream
     }
 
     /// Cuts the whole stream into the windows `assigner` makes, in one subtask (Flink's

@@ -95,7 +95,10 @@ impl StreamExecutionEnvironment {
         watermark_strategy: WatermarkStrategy<S::Output>,
         name: &str,
     ) -> DataStream<S::Output> {
-        let node = PendingNode::new(
+        let generates_event_time =
+            watermark_strategy.has_watermarks() || watermark_strategy.has_timestamp_assigner();
+        let watermarks = generates_event_time.then(|| watermark_strategy.describe());
+        let mut node = PendingNode::new(
             format!("Source: {name}"),
             OperatorKind::Source,
             TypeOf::<S::Output>::shared(),
@@ -104,6 +107,8 @@ impl StreamExecutionEnvironment {
                 watermark_strategy,
             ))),
         );
+        node.generates_event_time = generates_event_time;
+        node.watermarks = watermarks;
         let id = self.builder.borrow_mut().add_node(node, &[]);
         DataStream::from_node(self.builder.clone(), id)
     }

@@ -55,6 +55,14 @@ pub(crate) struct PendingNode {
     pub commits_on_checkpoint: bool,
     pub output_type: Arc<dyn StreamType>,
     pub factory: NodeFactory,
+    /// Whether records leave it with event timestamps and watermarks (a source with a
+    /// watermark strategy, or `assign_timestamps_and_watermarks`).
+    pub generates_event_time: bool,
+    /// How, for plans.
+    pub watermarks: Option<String>,
+    /// What about it needs event time from upstream (an event-time window, an interval
+    /// join), if anything.
+    pub requires_event_time: Option<&'static str>,
 }
 
 impl PendingNode {
@@ -75,6 +83,9 @@ impl PendingNode {
             commits_on_checkpoint: false,
             output_type,
             factory,
+            generates_event_time: false,
+            watermarks: None,
+            requires_event_time: None,
         }
     }
 }
@@ -204,6 +215,7 @@ impl GraphBuilder {
                 keyed: n.keyed,
                 output_type: n.output_type.type_name().to_string(),
                 commits_on_checkpoint: n.commits_on_checkpoint,
+                watermarks: n.watermarks.clone(),
             });
         }
         let edges = self
@@ -240,7 +252,32 @@ impl GraphBuilder {
             edges,
         };
         graph.validate()?;
+        self.check_event_time()?;
         Ok(graph)
+    }
+
+    /// Fails if an operator that works in event time has no watermark strategy upstream:
+    /// no watermark would ever reach it, so its windows or timers would only fire at the end
+    /// of a bounded input, and never on an unbounded one.
+    fn check_event_time(&self) -> Result<(), GraphError> {
+        // Nodes are in topological order: inputs come first.
+        let mut has_event_time: Vec<bool> =
+            self.nodes.iter().map(|n| n.generates_event_time).collect();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let upstream = self
+                .edges
+                .iter()
+                .filter(|e| e.target.index() == i)
+                .any(|e| has_event_time[e.source.index()]);
+            has_event_time[i] |= upstream;
+            if let (Some(what), false) = (node.requires_event_time, has_event_time[i]) {
+                return Err(GraphError::NoEventTime {
+                    operator: node.name.clone(),
+                    what,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The four layers of the job as it stands.

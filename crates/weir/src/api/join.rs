@@ -299,7 +299,7 @@ impl<A: Record, B: Record, K: Key> IntervalJoinBounded<A, B, K> {
                  ({upper} ms)"
                 )));
         }
-        KeyedConnectedStreams::from_keyed(self.join.first, self.join.second)
+        let joined = KeyedConnectedStreams::from_keyed(self.join.first, self.join.second)
             .process(IntervalJoinFunction {
                 lower,
                 upper,
@@ -307,7 +307,14 @@ impl<A: Record, B: Record, K: Key> IntervalJoinBounded<A, B, K> {
                 firsts: ValueState::new("weir.interval-join.first"),
                 seconds: ValueState::new("weir.interval-join.second"),
             })
-            .name("Interval Join")
+            .name("Interval Join");
+        crate::api::data_stream::configure_node(
+            &joined.builder,
+            joined.own_node(),
+            "interval_join",
+            |n| n.requires_event_time = Some("an interval join"),
+        );
+        joined
     }
 }
 

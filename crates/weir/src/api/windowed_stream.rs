@@ -161,6 +161,7 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
                     reason,
                 });
         }
+        let event_time = assigner.time() == crate::windowing::assigners::WindowTime::EventTime;
         let lateness = Lateness {
             allowed: i64::try_from(allowed_lateness.as_millis()).unwrap_or(i64::MAX),
         };
@@ -175,6 +176,11 @@ impl<T: Record, K: Key, A: WindowAssigner, Tr: Trigger<A::Window>> WindowedStrea
                 late_data.clone(),
             )?)
         });
+        if event_time {
+            crate::api::data_stream::configure_node(&out.builder, out.own_node(), "window", |n| {
+                n.requires_event_time = Some("an event-time window")
+            });
+        }
         if all {
             // Flink's windowAll: one subtask sees the whole stream.
             out.parallelism(1)

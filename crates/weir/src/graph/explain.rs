@@ -88,6 +88,9 @@ impl ExecutionPlan {
             if n.keyed {
                 let _ = write!(s, " keyed(max_parallelism={})", n.max_parallelism);
             }
+            if let Some(watermarks) = &n.watermarks {
+                let _ = write!(s, " event-time({watermarks})");
+            }
             if !inputs.is_empty() {
                 let _ = write!(s, " <- {}", inputs.join(", "));
             }

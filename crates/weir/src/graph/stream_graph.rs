@@ -59,6 +59,10 @@ pub struct StreamNode {
     /// notified of.
     #[serde(default)]
     pub commits_on_checkpoint: bool,
+    /// How its records get event time, if it gives them any (a source's watermark strategy,
+    /// or `assign_timestamps_and_watermarks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermarks: Option<String>,
 }
 
 impl StreamNode {
@@ -224,6 +228,7 @@ pub(crate) mod test_graphs {
                 keyed: false,
                 output_type: "u64".into(),
                 commits_on_checkpoint: false,
+                watermarks: None,
             });
             id
         }

@@ -9,6 +9,7 @@ use crate::record::Key;
 use crate::state::key_group::{KeyGroupAssigner, KeyGroupRange};
 use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
 use crate::state::keyed_state_table::{ErasedStateTable, StateTable, StateValue};
+use crate::state::ttl::{StateTtlConfig, TableTtl, TtlClock};
 
 /// Distinguishes backend instances so a state handle never uses an index cached for another.
 static NEXT_BACKEND_ID: AtomicU64 = AtomicU64::new(1);
@@ -42,6 +43,8 @@ pub struct HeapKeyedStateBackend<K> {
     states: Vec<RegisteredState>,
     /// Restored bytes of states not registered yet: name → key group → entries.
     pending_restore: BTreeMap<String, BTreeMap<u32, Vec<u8>>>,
+    /// The processing-time clock of state TTL.
+    ttl_clock: TtlClock,
     _key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -54,8 +57,15 @@ impl<K: Key> HeapKeyedStateBackend<K> {
             assigner: KeyGroupAssigner::new(max_parallelism),
             states: Vec::new(),
             pending_restore: BTreeMap::new(),
+            ttl_clock: TtlClock::Wall,
             _key: std::marker::PhantomData,
         }
+    }
+
+    /// Sets the clock of state TTL (tests drive time by hand); applies to states registered
+    /// afterwards.
+    pub fn set_ttl_clock(&mut self, clock: TtlClock) {
+        self.ttl_clock = clock;
     }
 
     /// Identity of this backend instance.
@@ -87,12 +97,29 @@ impl<K: Key> HeapKeyedStateBackend<K> {
     /// Registers (or looks up) state `name` whose per-key value is `S`; returns its index.
     /// Restored data of that state is loaded now.
     pub fn register<S: StateValue>(&mut self, name: &str) -> Result<usize, StateError> {
+        self.register_with_ttl::<S>(name, None)
+    }
+
+    /// Registers (or looks up) state `name`, whose entries expire after `ttl` if given.
+    pub fn register_with_ttl<S: StateValue>(
+        &mut self,
+        name: &str,
+        ttl: Option<StateTtlConfig>,
+    ) -> Result<usize, StateError> {
         if let Some(index) = self.states.iter().position(|s| s.name == name) {
             self.table::<S>(index)?;
             return Ok(index);
         }
-        let mut table: Box<dyn ErasedStateTable> =
-            Box::new(StateTable::<K, S>::new(self.range.len()));
+        let mut table: Box<dyn ErasedStateTable> = match ttl {
+            None => Box::new(StateTable::<K, S>::new(self.range.len())),
+            Some(config) => Box::new(StateTable::<K, S>::with_ttl(
+                self.range.len(),
+                TableTtl {
+                    config,
+                    clock: self.ttl_clock.clone(),
+                },
+            )),
+        };
         if let Some(groups) = self.pending_restore.remove(name) {
             for (group, bytes) in groups {
                 if self.range.contains(group) {

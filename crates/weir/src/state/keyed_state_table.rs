@@ -14,15 +14,22 @@ use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 
 use crate::error::StateError;
+use crate::state::ttl::{TableTtl, TtlUpdateType};
 
 /// What a keyed state's per-key value must support: cloning (copy-on-write of a key group),
 /// serialization (snapshots), and crossing to the snapshot thread.
 pub trait StateValue: serde::Serialize + DeserializeOwned + Clone + Send + Sync + 'static {}
 impl<T: serde::Serialize + DeserializeOwned + Clone + Send + Sync + 'static> StateValue for T {}
 
-/// The values of one state for every key of the owned key groups.
+/// The values of one state for every key of the owned key groups, and — for a state with a
+/// time to live — when each key's value was last touched.
 pub struct StateTable<K, S> {
     groups: Vec<Arc<HashMap<K, S>>>,
+    ttl: Option<TableTtl>,
+    /// Per group, when each key was last touched (a state with a time to live only).
+    touched: Vec<Arc<HashMap<K, i64>>>,
+    /// The next key group the incremental TTL cleanup sweeps.
+    sweep_cursor: usize,
 }
 
 impl<K, S> StateTable<K, S>
@@ -34,33 +41,136 @@ where
     pub fn new(key_groups: usize) -> Self {
         Self {
             groups: (0..key_groups).map(|_| Arc::new(HashMap::new())).collect(),
+            ttl: None,
+            touched: Vec::new(),
+            sweep_cursor: 0,
         }
     }
 
-    /// Every key with a value, with the index of its key group, in key-group order.
+    /// An empty table whose entries expire after `ttl`.
+    pub(crate) fn with_ttl(key_groups: usize, ttl: TableTtl) -> Self {
+        Self {
+            touched: (0..key_groups).map(|_| Arc::new(HashMap::new())).collect(),
+            ttl: Some(ttl),
+            ..Self::new(key_groups)
+        }
+    }
+
+    /// Whether `key`'s value in `group` has expired (never, without a time to live).
+    #[inline]
+    fn is_expired(&self, group: usize, key: &K, now: i64) -> bool {
+        match &self.ttl {
+            None => false,
+            Some(ttl) => self.touched[group]
+                .get(key)
+                .is_none_or(|t| ttl.expired(*t, now)),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.ttl.as_ref().map_or(0, |t| t.clock.now())
+    }
+
+    fn touch(&mut self, group: usize, key: &K, now: i64) {
+        if self.ttl.is_some() {
+            Arc::make_mut(&mut self.touched[group]).insert(key.clone(), now);
+        }
+    }
+
+    /// With a time to live: removes `key` if expired (returns whether it did), and sweeps one
+    /// more key group if incremental cleanup is on.
+    fn expire_on_access(&mut self, group: usize, key: &K, now: i64) -> bool {
+        let Some(ttl) = &self.ttl else {
+            return false;
+        };
+        if ttl.config.incremental_cleanup && !self.groups.is_empty() {
+            let next = self.sweep_cursor % self.groups.len();
+            self.sweep_cursor = next + 1;
+            self.sweep_group(next, now);
+        }
+        if self.is_expired(group, key, now) && self.groups[group].contains_key(key) {
+            self.remove(group, key);
+            return true;
+        }
+        false
+    }
+
+    /// Removes the expired entries of `group`.
+    fn sweep_group(&mut self, group: usize, now: i64) {
+        let Some(ttl) = self.ttl.clone() else {
+            return;
+        };
+        let expired: Vec<K> = self.touched[group]
+            .iter()
+            .filter(|(_, t)| ttl.expired(**t, now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            self.remove(group, &key);
+        }
+    }
+
+    /// Every key with a (live) value, with the index of its key group, in key-group order.
     pub fn keys(&self) -> Vec<(usize, K)> {
+        let now = self.now();
         self.groups
             .iter()
             .enumerate()
             .flat_map(|(group, map)| map.keys().map(move |k| (group, k.clone())))
+            .filter(|(group, k)| !self.is_expired(*group, k, now))
             .collect()
     }
 
-    /// The value of `key` in group `group`.
+    /// The value of `key` in group `group` (never an expired one).
     #[inline]
     pub fn get(&self, group: usize, key: &K) -> Option<&S> {
+        if self.ttl.is_some() && self.is_expired(group, key, self.now()) {
+            return None;
+        }
         self.groups[group].get(key)
     }
 
-    /// The value of `key` in group `group`, mutable (copies the group if a snapshot holds it).
+    /// The value of `key`, read by a user function: with a time to live, an expired value is
+    /// removed and a read refreshes the entry if so configured.
+    #[inline]
+    pub fn get_touch(&mut self, group: usize, key: &K) -> Option<&S> {
+        if let Some(ttl) = &self.ttl {
+            let refresh = ttl.config.update_type == TtlUpdateType::OnReadAndWrite;
+            let now = self.now();
+            if self.expire_on_access(group, key, now) {
+                return None;
+            }
+            if refresh && self.groups[group].contains_key(key) {
+                self.touch(group, key, now);
+            }
+        }
+        self.groups[group].get(key)
+    }
+
+    /// The value of `key` in group `group`, mutable (copies the group if a snapshot holds it);
+    /// for writing, so it refreshes a time to live (an expired value is gone).
     #[inline]
     pub fn get_mut(&mut self, group: usize, key: &K) -> Option<&mut S> {
+        if self.ttl.is_some() {
+            let now = self.now();
+            if self.expire_on_access(group, key, now) {
+                return None;
+            }
+            if self.groups[group].contains_key(key) {
+                self.touch(group, key, now);
+            }
+        }
         Arc::make_mut(&mut self.groups[group]).get_mut(key)
     }
 
     /// Sets the value of `key`.
     #[inline]
     pub fn insert(&mut self, group: usize, key: &K, value: S) {
+        if self.ttl.is_some() {
+            let now = self.now();
+            self.expire_on_access(group, key, now);
+            self.touch(group, key, now);
+        }
         let map = Arc::make_mut(&mut self.groups[group]);
         match map.get_mut(key) {
             Some(existing) => *existing = value,
@@ -72,6 +182,9 @@ where
 
     /// Removes the value of `key`.
     pub fn remove(&mut self, group: usize, key: &K) -> Option<S> {
+        if self.ttl.is_some() && self.touched[group].contains_key(key) {
+            Arc::make_mut(&mut self.touched[group]).remove(key);
+        }
         if !self.groups[group].contains_key(key) {
             return None;
         }
@@ -110,21 +223,83 @@ pub trait StateTableSnapshot: Send {
     fn write_group(&self, group: usize, out: &mut Vec<u8>) -> Result<(), StateError>;
 }
 
+/// Per key group, when each key was last touched.
+type TouchedGroups<K> = Vec<Arc<HashMap<K, i64>>>;
+
 struct FrozenTable<K, S> {
     groups: Vec<Arc<HashMap<K, S>>>,
+    /// With a time to live: when each entry was touched, the TTL, and the snapshot's time.
+    ttl: Option<(TouchedGroups<K>, TableTtl, i64)>,
+}
+
+/// Serializes the live entries of a TTL state as `(key, value, last touched)` triples.
+struct TouchedTriples<'a, K, S> {
+    values: &'a HashMap<K, S>,
+    touched: &'a HashMap<K, i64>,
+    /// Expired entries are left out when set: (TTL, now).
+    drop_expired: Option<(&'a TableTtl, i64)>,
+}
+
+impl<K, S> TouchedTriples<'_, K, S>
+where
+    K: std::hash::Hash + Eq,
+{
+    fn live(&self) -> impl Iterator<Item = (&K, &S, i64)> {
+        self.values.iter().filter_map(move |(k, v)| {
+            let touched = self.touched.get(k).copied().unwrap_or(i64::MIN);
+            match self.drop_expired {
+                Some((ttl, now)) if ttl.expired(touched, now) => None,
+                _ => Some((k, v, touched)),
+            }
+        })
+    }
+}
+
+impl<K, S> Serialize for TouchedTriples<'_, K, S>
+where
+    K: serde::Serialize + std::hash::Hash + Eq,
+    S: serde::Serialize,
+{
+    fn serialize<Z: Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.live().count()))?;
+        for triple in self.live() {
+            seq.serialize_element(&triple)?;
+        }
+        seq.end()
+    }
 }
 
 impl<K, S> StateTableSnapshot for FrozenTable<K, S>
 where
-    K: StateValue,
+    K: StateValue + std::hash::Hash + Eq,
     S: StateValue,
 {
     fn is_group_empty(&self, group: usize) -> bool {
-        self.groups[group].is_empty()
+        match &self.ttl {
+            Some((touched, ttl, now)) if ttl.config.cleanup_in_full_snapshot => TouchedTriples {
+                values: &self.groups[group],
+                touched: &touched[group],
+                drop_expired: Some((ttl, *now)),
+            }
+            .live()
+            .next()
+            .is_none(),
+            _ => self.groups[group].is_empty(),
+        }
     }
     fn write_group(&self, group: usize, out: &mut Vec<u8>) -> Result<(), StateError> {
         let buf = std::mem::take(out);
-        *out = postcard::to_extend(&PairsOf(&self.groups[group]), buf)?;
+        *out = match &self.ttl {
+            None => postcard::to_extend(&PairsOf(&self.groups[group]), buf)?,
+            Some((touched, ttl, now)) => postcard::to_extend(
+                &TouchedTriples {
+                    values: &self.groups[group],
+                    touched: &touched[group],
+                    drop_expired: ttl.config.cleanup_in_full_snapshot.then_some((ttl, *now)),
+                },
+                buf,
+            )?,
+        };
         Ok(())
     }
 }
@@ -155,9 +330,25 @@ where
     fn snapshot(&self) -> Box<dyn StateTableSnapshot> {
         Box::new(FrozenTable {
             groups: self.groups.clone(),
+            ttl: self
+                .ttl
+                .as_ref()
+                .map(|ttl| (self.touched.clone(), ttl.clone(), ttl.clock.now())),
         })
     }
     fn restore_group(&mut self, group: usize, bytes: &[u8]) -> Result<(), StateError> {
+        if self.ttl.is_some() {
+            let triples: Vec<(K, S, i64)> = postcard::from_bytes(bytes)?;
+            let (map, touched) = (
+                Arc::make_mut(&mut self.groups[group]),
+                Arc::make_mut(&mut self.touched[group]),
+            );
+            for (k, v, t) in triples {
+                touched.insert(k.clone(), t);
+                map.insert(k, v);
+            }
+            return Ok(());
+        }
         let pairs: Vec<(K, S)> = postcard::from_bytes(bytes)?;
         let map = Arc::make_mut(&mut self.groups[group]);
         map.reserve(pairs.len());

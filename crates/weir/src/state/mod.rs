@@ -8,6 +8,7 @@ pub mod keyed_state_table;
 pub mod operator_state;
 pub mod state_handles;
 pub mod timers;
+pub mod ttl;
 
 pub use heap_keyed_state_backend::HeapKeyedStateBackend;
 pub use key_group::{KeyGroupAssigner, KeyGroupRange};

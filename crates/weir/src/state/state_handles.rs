@@ -13,10 +13,12 @@ use crate::error::StateError;
 use crate::record::Key;
 use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
 use crate::state::keyed_state_table::{StateTable, StateValue};
+use crate::state::ttl::StateTtlConfig;
 
 /// Name of a state plus the index it resolved to in the last backend it was used with.
 struct HandleCore {
     name: String,
+    ttl: Option<StateTtlConfig>,
     /// (backend id, state index).
     resolved: Cell<Option<(u64, usize)>>,
 }
@@ -25,13 +27,17 @@ impl HandleCore {
     fn new(name: String) -> Self {
         Self {
             name,
+            ttl: None,
             resolved: Cell::new(None),
         }
     }
 
     /// A copy that resolves afresh: each subtask's clone binds to its own backend.
     fn fresh(&self) -> Self {
-        Self::new(self.name.clone())
+        Self {
+            ttl: self.ttl.clone(),
+            ..Self::new(self.name.clone())
+        }
     }
 
     fn table<'c, K: Key, S: StateValue>(
@@ -41,7 +47,7 @@ impl HandleCore {
         let index = match self.resolved.get() {
             Some((id, index)) if id == backend.id() => index,
             _ => {
-                let index = backend.register::<S>(&self.name)?;
+                let index = backend.register_with_ttl::<S>(&self.name, self.ttl.clone())?;
                 self.resolved.set(Some((backend.id(), index)));
                 index
             }
@@ -113,6 +119,16 @@ macro_rules! keyed_state_handle {
 
 macro_rules! handle_boilerplate {
     ($name:ident < $($p:ident),* >) => {
+        impl<$($p),*> $name<$($p),*> {
+            /// Lets the state's entries expire (Flink's `enableTimeToLive`): an entry not
+            /// written (or read, if so configured) for the configured time is never returned
+            /// again, is left out of snapshots, and is removed.
+            pub fn with_ttl(mut self, ttl: StateTtlConfig) -> Self {
+                self.core.ttl = Some(ttl);
+                self
+            }
+        }
+
         impl<$($p),*> std::fmt::Debug for $name<$($p),*> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct(stringify!($name)).field("name", &self.core.name).finish()
@@ -174,7 +190,7 @@ impl<V: StateValue> ValueState<V> {
     }
     /// The current key's value, if it has one.
     pub fn value<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<V>, StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get(g, k).cloned())
+        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get_touch(g, k).cloned())
     }
     /// The current key's value, mutable in place.
     pub fn get_mut<'c, K: Key>(
@@ -255,7 +271,7 @@ impl<V: StateValue> ListState<V> {
     /// The current key's list (empty if none).
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Vec<V>, StateError> {
         with_table::<K, Vec<V>, _>(&self.core, ctx, |t, g, k| {
-            t.get(g, k).cloned().unwrap_or_default()
+            t.get_touch(g, k).cloned().unwrap_or_default()
         })
     }
     /// Appends a value to the current key's list.
@@ -351,7 +367,7 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         user_key: &UK,
     ) -> Result<Option<UV>, StateError> {
         with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get(g, k).and_then(|m| m.get(user_key).cloned())
+            t.get_touch(g, k).and_then(|m| m.get(user_key).cloned())
         })
     }
     /// Puts `user_value` under `user_key` in the current key's map.
@@ -389,7 +405,7 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         user_key: &UK,
     ) -> Result<bool, StateError> {
         with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get(g, k).is_some_and(|m| m.contains_key(user_key))
+            t.get_touch(g, k).is_some_and(|m| m.contains_key(user_key))
         })
     }
     /// All entries of the current key's map.
@@ -398,7 +414,7 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         ctx: &mut KeyedContext<'_, K>,
     ) -> Result<Vec<(UK, UV)>, StateError> {
         with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get(g, k)
+            t.get_touch(g, k)
                 .map(|m| m.iter().map(|(a, b)| (a.clone(), b.clone())).collect())
                 .unwrap_or_default()
         })
@@ -472,7 +488,7 @@ impl<V: StateValue, F: Fn(V, V) -> V> ReducingState<V, F> {
     }
     /// The current key's reduced value.
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<V>, StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get(g, k).cloned())
+        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get_touch(g, k).cloned())
     }
     /// Folds `value` into the current key's value.
     pub fn add<K: Key>(&self, ctx: &mut KeyedContext<'_, K>, value: V) -> Result<(), StateError> {
@@ -562,7 +578,7 @@ impl<IN, ACC: StateValue, OUT, A: AggregateFunction<IN, ACC, OUT>>
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<OUT>, StateError> {
         let f = &self.function;
         with_table::<K, ACC, _>(&self.core, ctx, |t, g, k| {
-            t.get(g, k).map(|acc| f.get_result(acc))
+            t.get_touch(g, k).map(|acc| f.get_result(acc))
         })
     }
     /// Adds `value` to the current key's accumulator.

@@ -145,10 +145,15 @@ impl<T> WatermarkStrategy<T> {
 
     /// A one-line description for plans.
     pub fn describe(&self) -> String {
+        let timestamps = if self.assigner.is_some() {
+            "timestamps assigned"
+        } else {
+            "timestamps from the source"
+        };
         match (&self.generator, self.idleness) {
-            (None, _) => "no watermarks".to_string(),
-            (Some(_), None) => "watermarks".to_string(),
-            (Some(_), Some(idle)) => format!("watermarks, idle after {idle:?}"),
+            (None, _) => format!("{timestamps}, no watermarks"),
+            (Some(_), None) => format!("{timestamps}, watermarks"),
+            (Some(_), Some(idle)) => format!("{timestamps}, watermarks, idle after {idle:?}"),
         }
     }
 }

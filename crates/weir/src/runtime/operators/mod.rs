@@ -11,6 +11,7 @@ pub mod map;
 pub mod process;
 pub(crate) mod rolling_aggregate;
 pub mod sink_writer;
+pub mod timestamps_and_watermarks;
 pub mod window;
 
 use std::sync::Arc;
