@@ -127,6 +127,9 @@ pub enum StateError {
     /// A key or state value could not be serialized or deserialized.
     #[error("state serialization failed: {0}")]
     Codec(#[from] postcard::Error),
+    /// A key could not be encoded to find its key group.
+    #[error("cannot encode a key to find its key group: {0}")]
+    KeyEncoding(String),
     /// Restored state bytes are damaged.
     #[error("restored state `{state}` is corrupt: {reason}")]
     Corrupt {

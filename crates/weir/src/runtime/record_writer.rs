@@ -77,6 +77,9 @@ impl<T: Record> RecordWriter<T> {
         Ok(())
     }
 
+    // Once per batch: out of line, so that `push` stays small.
+    #[cold]
+    #[inline(never)]
     fn send_batch(&mut self, channel: usize) -> Result<(), TaskError> {
         let batch = std::mem::replace(
             &mut self.buffers[channel],

@@ -10,6 +10,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::error::StateError;
+use crate::state::key_bytes::encode_key;
 
 /// An inclusive range of key groups owned by one subtask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -105,12 +106,12 @@ impl KeyGroupAssigner {
     /// The key group of `key`.
     #[inline]
     pub fn key_group<K: Serialize + ?Sized>(&mut self, key: &K) -> Result<u32, StateError> {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        let buf = postcard::to_extend(key, buf)?;
-        let group = key_group_for_hash(stable_key_hash(&buf), self.max_parallelism);
-        self.scratch = buf;
-        Ok(group)
+        self.scratch.clear();
+        encode_key(key, &mut self.scratch).map_err(|e| StateError::KeyEncoding(e.to_string()))?;
+        Ok(key_group_for_hash(
+            stable_key_hash(&self.scratch),
+            self.max_parallelism,
+        ))
     }
 }
 

@@ -2,6 +2,7 @@
 //! (value, list, map, reducing, aggregating) and operator list state.
 
 pub mod heap_keyed_state_backend;
+pub mod key_bytes;
 pub mod key_group;
 pub mod keyed_state_snapshot;
 pub mod keyed_state_table;

@@ -113,7 +113,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
             Some(t) => self.buffer.push_with_timestamp(record, t),
         }
         if self.buffer.len() >= self.batch_size {
-            self.flush()?;
+            return self.hand_over_full_batch();
         }
         Ok(())
     }
@@ -123,9 +123,16 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
         self.buffer.push_with_timestamp(record, timestamp);
         if self.buffer.len() >= self.batch_size {
-            self.flush()?;
+            return self.hand_over_full_batch();
         }
         Ok(())
+    }
+
+    /// The once-per-batch path, kept out of line so that `collect` stays a few instructions.
+    #[cold]
+    #[inline(never)]
+    fn hand_over_full_batch(&mut self) -> Result<(), TaskError> {
+        self.flush()
     }
 
     /// The timestamp that `collect` gives records: the input record's while it is
