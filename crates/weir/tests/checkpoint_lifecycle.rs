@@ -394,7 +394,7 @@ fn run_with_corruption(
             if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
                 // This subtask no longer takes checkpoints; let those already in flight
                 // settle, so that no checkpoint completes between the damage and the failure.
-                std::thread::sleep(Duration::from_millis(150));
+                std::thread::sleep(Duration::from_millis(400));
                 let complete: Vec<u64> = checkpoint_dirs(&job)
                     .into_iter()
                     .filter(|c| c.1)
