@@ -11,11 +11,10 @@ use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::keyed_harness::KeyedHarness;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
-    StreamOperator, TwoInputStreamOperator,
+    function_lifecycle, keyed_function_lifecycle, EndOfInput, OperatorCore, StreamOperator,
+    TwoInputStreamOperator,
 };
 use crate::runtime::output::{call_user, call_with_collector, Collector};
-use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::operator_state::OperatorStateBackend;
@@ -68,40 +67,7 @@ impl<I1, I2, O, P> CoProcessOperator<I1, I2, O, P> {
 impl<I1: Record, I2: Record, O: Record, P: CoProcessFunction<I1, I2, O>> StreamOperator
     for CoProcessOperator<I1, I2, O, P>
 {
-    fn open(&mut self) -> Result<(), TaskError> {
-        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
-        let (function, core) = (&mut self.function, &self.core);
-        state_hook(core, &mut self.operator_state, None, |ctx| {
-            function.initialize_state(ctx)
-        })?;
-        call_hook(&core.name, || function.open(&core.runtime))
-    }
-
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        snapshot_operator(
-            &self.core,
-            &mut self.operator_state,
-            checkpoint_id,
-            None,
-            into,
-            |ctx| function.snapshot_state(ctx),
-        )
-    }
-
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        notify_hook(
-            &self.core.name,
-            notification,
-            &mut self.function,
-            |f, id| f.notify_checkpoint_complete(id),
-            |f, id| f.notify_checkpoint_aborted(id),
-        )
-    }
+    function_lifecycle!();
 }
 
 impl<I1: Record, I2: Record, O: Record, P: CoProcessFunction<I1, I2, O>>
@@ -177,32 +143,7 @@ where
     O: Record,
     P: KeyedCoProcessFunction<K, I1, I2, O>,
 {
-    fn open(&mut self) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .initialize(|ctx| function.initialize_state(ctx))?;
-        self.keyed.open(|runtime| function.open(runtime))
-    }
-
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
-    }
-
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        notify_hook(
-            &self.keyed.core.name,
-            notification,
-            &mut self.function,
-            |f, id| f.notify_checkpoint_complete(id),
-            |f, id| f.notify_checkpoint_aborted(id),
-        )
-    }
+    keyed_function_lifecycle!();
 }
 
 impl<K, I1, I2, O, P> TwoInputStreamOperator<I1, I2, O> for KeyedCoProcessOperator<K, I1, I2, O, P>

@@ -9,9 +9,8 @@ use crate::record::{Key, Record};
 use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::keyed_harness::KeyedHarness;
-use crate::runtime::operators::{notify_hook, OneInputStreamOperator, StreamOperator};
+use crate::runtime::operators::{keyed_function_lifecycle, OneInputStreamOperator, StreamOperator};
 use crate::runtime::output::call_user;
-use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::timers::TimeDomain;
@@ -44,32 +43,7 @@ impl<K: Key, I, O, P> KeyedProcessOperator<K, I, O, P> {
 impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> StreamOperator
     for KeyedProcessOperator<K, I, O, P>
 {
-    fn open(&mut self) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .initialize(|ctx| function.initialize_state(ctx))?;
-        self.keyed.open(|runtime| function.open(runtime))
-    }
-
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
-    }
-
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        notify_hook(
-            &self.keyed.core.name,
-            notification,
-            &mut self.function,
-            |f, id| f.notify_checkpoint_complete(id),
-            |f, id| f.notify_checkpoint_aborted(id),
-        )
-    }
+    keyed_function_lifecycle!();
 }
 
 impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStreamOperator<I, O>

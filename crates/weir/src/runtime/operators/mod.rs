@@ -216,6 +216,92 @@ pub trait TwoInputStreamOperator<I1, I2, O>: StreamOperator {
     }
 }
 
+/// The `StreamOperator` lifecycle of an operator running a user function with operator
+/// state (fields `core`, `operator_state`, `end_of_input`, `function`; the function has
+/// Flink's `initialize_state`, `open`, `snapshot_state` and checkpoint-notification hooks).
+macro_rules! function_lifecycle {
+    () => {
+        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
+            self.end_of_input = $crate::runtime::operators::EndOfInput::restore(
+                &self.core,
+                &mut self.operator_state,
+            )?;
+            let (function, core) = (&mut self.function, &self.core);
+            $crate::runtime::operators::state_hook(core, &mut self.operator_state, None, |ctx| {
+                function.initialize_state(ctx)
+            })?;
+            $crate::runtime::operators::call_hook(&core.name, || function.open(&core.runtime))
+        }
+
+        fn snapshot_state(
+            &mut self,
+            checkpoint_id: u64,
+            into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
+        ) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            $crate::runtime::operators::snapshot_operator(
+                &self.core,
+                &mut self.operator_state,
+                checkpoint_id,
+                None,
+                into,
+                |ctx| function.snapshot_state(ctx),
+            )
+        }
+
+        fn notify_checkpoint(
+            &mut self,
+            notification: $crate::runtime::snapshot::CheckpointNotification,
+        ) -> Result<(), $crate::error::TaskError> {
+            $crate::runtime::operators::notify_hook(
+                &self.core.name,
+                notification,
+                &mut self.function,
+                |f, id| f.notify_checkpoint_complete(id),
+                |f, id| f.notify_checkpoint_aborted(id),
+            )
+        }
+    };
+}
+pub(crate) use function_lifecycle;
+
+/// The `StreamOperator` lifecycle of an operator running a keyed user function (fields
+/// `keyed: KeyedHarness<K>` and `function`).
+macro_rules! keyed_function_lifecycle {
+    () => {
+        fn open(&mut self) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            self.keyed
+                .initialize(|ctx| function.initialize_state(ctx))?;
+            self.keyed.open(|runtime| function.open(runtime))
+        }
+
+        fn snapshot_state(
+            &mut self,
+            checkpoint_id: u64,
+            into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
+        ) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            self.keyed
+                .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
+        }
+
+        fn notify_checkpoint(
+            &mut self,
+            notification: $crate::runtime::snapshot::CheckpointNotification,
+        ) -> Result<(), $crate::error::TaskError> {
+            $crate::runtime::operators::notify_hook(
+                &self.keyed.core.name,
+                notification,
+                &mut self.function,
+                |f, id| f.notify_checkpoint_complete(id),
+                |f, id| f.notify_checkpoint_aborted(id),
+            )
+        }
+    };
+}
+pub(crate) use keyed_function_lifecycle;
+
 /// Operator list state that marks the subtasks of an operator whose input has ended: a job
 /// restored from a checkpoint taken after that point (between the end of data and the final
 /// checkpoint, or a drained savepoint) must not end the input a second time, or what

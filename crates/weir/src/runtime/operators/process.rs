@@ -7,11 +7,9 @@ use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::chain::ChainOutput;
 use crate::runtime::operators::{
-    call_hook, notify_hook, snapshot_operator, state_hook, EndOfInput, OneInputStreamOperator,
-    OperatorCore, StreamOperator,
+    function_lifecycle, EndOfInput, OneInputStreamOperator, OperatorCore, StreamOperator,
 };
 use crate::runtime::output::call_with_collector;
-use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::operator_state::OperatorStateBackend;
@@ -39,40 +37,7 @@ impl<I, O, P> ProcessOperator<I, O, P> {
 }
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> StreamOperator for ProcessOperator<I, O, P> {
-    fn open(&mut self) -> Result<(), TaskError> {
-        self.end_of_input = EndOfInput::restore(&self.core, &mut self.operator_state)?;
-        let (function, core) = (&mut self.function, &self.core);
-        state_hook(core, &mut self.operator_state, None, |ctx| {
-            function.initialize_state(ctx)
-        })?;
-        call_hook(&core.name, || function.open(&core.runtime))
-    }
-
-    fn snapshot_state(
-        &mut self,
-        checkpoint_id: u64,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        snapshot_operator(
-            &self.core,
-            &mut self.operator_state,
-            checkpoint_id,
-            None,
-            into,
-            |ctx| function.snapshot_state(ctx),
-        )
-    }
-
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        notify_hook(
-            &self.core.name,
-            notification,
-            &mut self.function,
-            |f, id| f.notify_checkpoint_complete(id),
-            |f, id| f.notify_checkpoint_aborted(id),
-        )
-    }
+    function_lifecycle!();
 }
 
 impl<I: Record, O: Record, P: ProcessFunction<I, O>> OneInputStreamOperator<I, O>
