@@ -17,6 +17,7 @@
 //!         .group_id("word-count")
 //!         .starting_offsets(StartingOffsets::Earliest)
 //!         .build()?,
+//!     WatermarkStrategy::no_watermarks(),
 //!     "words",
 //! );
 //! words
