@@ -589,50 +589,112 @@ pub fn q6(events: &DataStream<LeanEvent>) -> DataStream<Q6Row> {
         .name("average per seller")
 }
 
-/// The highest-priced bids seen (all of them when several share the price).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HighestBids;
+/// A bid in one of q7's windows. `at_end` marks a copy of a bid made exactly at the
+/// window's end (so in the next window) that the suite's SQL still returns for this window
+/// (`B.dateTime BETWEEN B1.dateTime - INTERVAL '10' SECOND AND B1.dateTime`, window end
+/// included) when it has this window's highest price, without counting towards that price.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct WindowBid {
+    /// The bid.
+    pub bid: LeanBid,
+    /// Made at the window's end.
+    pub at_end: bool,
+}
 
-impl AggregateFunction<LeanBid, Vec<LeanBid>, Vec<LeanBid>> for HighestBids {
-    fn create_accumulator(&self) -> Vec<LeanBid> {
-        Vec::new()
+/// What [`HighestBids`] keeps of a window: its bids at the highest price so far, and every
+/// bid made at its end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Highest {
+    /// The window's own bids at its highest price.
+    pub highest: Vec<LeanBid>,
+    /// Bids made exactly at the window's end.
+    pub at_end: Vec<LeanBid>,
+}
+
+/// The highest-priced bids of a window (all of them when several share the price), with the
+/// bids made at its end: all of them per auction (another auction may hold the window's
+/// highest price), only those at the highest price over the whole window (`final_step`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HighestBids {
+    /// Whether this is the last step, which drops the end bids below the highest price.
+    pub final_step: bool,
+}
+
+impl AggregateFunction<WindowBid, Highest, Vec<WindowBid>> for HighestBids {
+    fn create_accumulator(&self) -> Highest {
+        Highest::default()
     }
-    fn add(&self, bid: LeanBid, acc: &mut Vec<LeanBid>) {
-        match acc.first().map(|b| b.price) {
-            Some(best) if bid.price < best => {}
-            Some(best) if bid.price == best => acc.push(bid),
+    fn add(&self, bid: WindowBid, acc: &mut Highest) {
+        if bid.at_end {
+            acc.at_end.push(bid.bid);
+            return;
+        }
+        match acc.highest.first().map(|b| b.price) {
+            Some(best) if bid.bid.price < best => {}
+            Some(best) if bid.bid.price == best => acc.highest.push(bid.bid),
             _ => {
-                acc.clear();
-                acc.push(bid);
+                acc.highest.clear();
+                acc.highest.push(bid.bid);
             }
         }
     }
-    fn get_result(&self, acc: &Vec<LeanBid>) -> Vec<LeanBid> {
-        acc.clone()
+    fn get_result(&self, acc: &Highest) -> Vec<WindowBid> {
+        let best = acc.highest.first().map(|b| b.price);
+        let own = acc.highest.iter().map(|bid| WindowBid {
+            bid: bid.clone(),
+            at_end: false,
+        });
+        let at_end = acc
+            .at_end
+            .iter()
+            .filter(|b| !self.final_step || Some(b.price) == best)
+            .map(|bid| WindowBid {
+                bid: bid.clone(),
+                at_end: true,
+            });
+        own.chain(at_end).collect()
     }
-    fn merge(&self, mut a: Vec<LeanBid>, b: Vec<LeanBid>) -> Vec<LeanBid> {
-        for bid in b {
-            self.add(bid, &mut a);
+    fn merge(&self, mut a: Highest, b: Highest) -> Highest {
+        for bid in b.highest {
+            self.add(WindowBid { bid, at_end: false }, &mut a);
         }
+        a.at_end.extend(b.at_end);
         a
     }
 }
 
+/// q7's window length, ms.
+const Q7_WINDOW_MILLIS: i64 = 10_000;
+
 /// q7: the highest bids of each 10 s tumbling window: the highest per auction and window
 /// in parallel, then the highest of those over the whole window.
 pub fn q7(events: &DataStream<LeanEvent>) -> DataStream<Q7Row> {
-    let tumbling = || TumblingEventTimeWindows::of(Duration::from_secs(10));
+    let tumbling = || TumblingEventTimeWindows::of(Duration::from_millis(Q7_WINDOW_MILLIS as u64));
     bids(events)
-        .key_by(|b: &LeanBid| b.auction)
+        .flat_map(|bid: LeanBid, out: &mut Collector<'_, WindowBid>| {
+            let t = bid.date_time.0;
+            if t.rem_euclid(Q7_WINDOW_MILLIS) == 0 {
+                // Also a candidate of the window that ends at its time.
+                out.collect_with_timestamp(
+                    WindowBid {
+                        bid: bid.clone(),
+                        at_end: true,
+                    },
+                    t - 1,
+                );
+            }
+            out.collect(WindowBid { bid, at_end: false });
+        })
+        .key_by(|b: &WindowBid| b.bid.auction)
         .window(tumbling())
-        .aggregate(HighestBids)
+        .aggregate(HighestBids { final_step: false })
         .name("highest bids per auction")
-        .flat_map_iter(|bids: Vec<LeanBid>| bids)
+        .flat_map_iter(|bids: Vec<WindowBid>| bids)
         .window_all(tumbling())
-        .aggregate(HighestBids)
+        .aggregate(HighestBids { final_step: true })
         .name("highest bids")
-        .flat_map_iter(|bids: Vec<LeanBid>| {
-            bids.into_iter().map(|b| Q7Row {
+        .flat_map_iter(|bids: Vec<WindowBid>| {
+            bids.into_iter().map(|WindowBid { bid: b, .. }| Q7Row {
                 auction: b.auction,
                 price: b.price,
                 bidder: b.bidder,
@@ -768,4 +830,53 @@ pub fn run(
         machine_busy_before: None,
     };
     Ok((figures, details))
+}
+
+#[cfg(test)]
+mod tests {
+    use weir::connectors::collection::CollectionSource;
+
+    use super::*;
+    use crate::nexmark::model::BID;
+
+    fn bid(auction: i64, price: i64, millis: i64) -> LeanEvent {
+        LeanEvent {
+            event_type: BID,
+            person: None,
+            auction: None,
+            bid: Some(LeanBid {
+                auction,
+                bidder: 1,
+                price,
+                date_time: SqlTimestamp(millis),
+                extra: String::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn q7_returns_a_bid_at_a_window_end_for_both_windows_as_the_sql_does() {
+        let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))
+            .unwrap();
+        let events = vec![
+            bid(1, 5, 0),
+            bid(2, 9, 5_000),
+            // At the first window's end: its highest price, and the second window's.
+            bid(3, 9, 10_000),
+            bid(4, 3, 12_000),
+            // At the second window's end, above its highest price: only the third window's.
+            bid(5, 20, 20_000),
+        ];
+        let rows =
+            q7(&env.from_source(CollectionSource::new(events), nexmark_watermarks(), "bids"))
+                .collect();
+        env.execute("q7").unwrap();
+        let mut got: Vec<(i64, i64)> = rows
+            .take()
+            .into_iter()
+            .map(|r| (r.auction, r.date_time.0))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![(2, 5_000), (3, 10_000), (3, 10_000), (5, 20_000)]);
+    }
 }

@@ -1,6 +1,6 @@
 //! Weir's pipelines of the Nexmark window and join queries (q3–q12) give the results of
 //! their SQL, computed here in batch by plain loops over the same generated events: from the
-//! in-memory generator at parallelism 2 and from the JSON files at parallelism 1.
+//! in-memory generator at parallelism 2 and, for some, from the JSON files at parallelism 1.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -247,7 +247,13 @@ fn window_and_join_queries_match_a_batch_reference() {
             !expected.is_empty() || workload == Workload::Q12,
             "{workload}: the reference is empty; the input is too small to test it"
         );
-        for (source, parallelism) in [(&generated, 2), (&from_files, 1)] {
+        // Every query from the generator; a join, a window and the sessions from the files
+        // too (the same events, decoded from JSON), so that the test stays quick.
+        let mut runs = vec![(&generated, 2)];
+        if matches!(workload, Workload::Q3 | Workload::Q7 | Workload::Q11) {
+            runs.push((&from_files, 1));
+        }
+        for (source, parallelism) in runs {
             let got = weir_rows(workload, source, parallelism);
             if let Err(e) = compare(workload, &expected, &got) {
                 panic!("{workload} p{parallelism} {source:?}: {e}");

@@ -549,7 +549,8 @@ fn suite(args: &SuiteArgs) -> Result<()> {
     Ok(())
 }
 
-/// Every engine must have read every record, and Weir must emit what the floor emits.
+/// Every engine must have read every record, and Weir must emit as many records as the floor
+/// (or, without a floor, Flink's batch job) emits.
 fn check_outputs_agree(runs: &[RunFigures], workload: Workload, records: u64) -> Result<()> {
     let of_workload = || runs.iter().filter(move |r| r.workload == workload);
     for r in of_workload() {
@@ -568,16 +569,26 @@ fn check_outputs_agree(runs: &[RunFigures], workload: Workload, records: u64) ->
             r.engine.name()
         );
     }
-    if let Some(expected) = of_workload()
-        .find(|r| r.engine == Engine::Floor)
-        .and_then(|r| r.records_out)
-    {
+    // The floor's count, or without a floor (generated events) the count of Flink's batch job.
+    let expected = [Engine::Floor, Engine::Flink]
+        .into_iter()
+        .find_map(|engine| {
+            of_workload()
+                .find(|r| r.engine == engine)
+                .and_then(|r| r.records_out)
+                .map(|out| (engine, out))
+        });
+    if let Some((reference, expected)) = expected {
         for r in of_workload() {
             if let Some(out) = r.records_out.filter(|out| *out != expected) {
                 bail!(
-                    "{} emitted {out} records for {workload} at p{} where the floor emitted {expected}",
+                    "{} emitted {out} records for {workload} at p{} where {} emitted {expected}",
                     r.engine.name(),
-                    r.parallelism
+                    r.parallelism,
+                    match reference {
+                        Engine::Floor => "the floor",
+                        _ => "Flink (batch)",
+                    }
                 );
             }
         }
