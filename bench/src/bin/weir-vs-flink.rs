@@ -116,11 +116,14 @@ struct SuiteArgs {
     /// Parallelisms to run.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     parallelism: Vec<u32>,
-    /// Workloads to run.
+    /// Workloads to run: stateless, keyed, q0, q1, q2, and the window and join queries
+    /// q3, q4, q5, q6, q7, q8, q11, q12 (not by default: they have not been run at the
+    /// default 10 million events, where Flink's regular joins in q3, q4 and q7 keep every
+    /// row in state).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "stateless,keyed,q0,q1,q2,q3,q4,q5,q6,q7,q8,q11,q12"
+        default_value = "stateless,keyed,q0,q1,q2"
     )]
     workloads: Vec<Workload>,
     /// Engines to run.
