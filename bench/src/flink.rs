@@ -78,6 +78,32 @@ impl FlinkResult {
     }
 }
 
+/// What a Flink job reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlinkInput {
+    /// The part files of a directory.
+    Files(PathBuf),
+    /// The Nexmark events made in memory by the SQL statements (a JSON list) in this file,
+    /// from [`flink_generator_sql`](crate::nexmark::generator::flink_generator_sql).
+    Generator(PathBuf),
+}
+
+impl FlinkInput {
+    fn args(&self) -> [&std::ffi::OsStr; 2] {
+        match self {
+            FlinkInput::Files(dir) => ["--input".as_ref(), dir.as_os_str()],
+            FlinkInput::Generator(sql) => ["--generator-sql".as_ref(), sql.as_os_str()],
+        }
+    }
+}
+
+/// The last lines of a child's stderr, for an error message.
+fn tail(stderr: &[u8], lines: usize) -> String {
+    let stderr = String::from_utf8_lossy(stderr);
+    let tail: Vec<_> = stderr.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
 /// Runs Flink jobs with a given Python (the venv's) and script.
 #[derive(Debug, Clone)]
 pub struct FlinkRunner {
@@ -113,12 +139,11 @@ impl FlinkRunner {
 
     /// Counts, in a Flink batch job, the records `workload` emits over `input` (for keyed,
     /// the updates: one per input row), to check that Flink computes what Weir does.
-    pub fn count_output(&self, workload: Workload, input: &Path) -> Result<u64, BenchError> {
+    pub fn count_output(&self, workload: Workload, input: &FlinkInput) -> Result<u64, BenchError> {
         let output = Command::new(&self.python)
             .arg(&self.script)
             .args(["--workload", workload.name(), "--verify", "--records", "0"])
-            .arg("--input")
-            .arg(input)
+            .args(input.args())
             .arg("--checkpoint-dir")
             .arg(std::env::temp_dir().join("weir-vs-flink-verify"))
             .output()
@@ -130,14 +155,44 @@ impl FlinkRunner {
             .as_ref()
             .and_then(|v| v["records_out"].as_u64())
             .ok_or_else(|| {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let tail: Vec<_> = stderr.lines().rev().take(10).collect();
                 BenchError::Run(format!(
                     "the Flink verification of {workload} ({}) printed no VERIFY count: {}",
                     output.status,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    tail(&output.stderr, 10)
                 ))
             })
+    }
+
+    /// Writes, in a Flink batch job at `parallelism`, the rows `workload` computes over
+    /// `input` as JSON lines into `out_dir` (for q12, each bidder's total; see
+    /// `flink_job.py`'s `VERIFY_QUERIES`), to compare them with Weir's.
+    pub fn write_output(
+        &self,
+        workload: Workload,
+        input: &FlinkInput,
+        parallelism: u32,
+        out_dir: &Path,
+    ) -> Result<(), BenchError> {
+        let output = Command::new(&self.python)
+            .arg(&self.script)
+            .args(["--workload", workload.name(), "--verify", "--records", "0"])
+            .args(["--parallelism", &parallelism.to_string()])
+            .args(input.args())
+            .arg("--output")
+            .arg(out_dir)
+            .arg("--checkpoint-dir")
+            .arg(std::env::temp_dir().join("weir-vs-flink-verify"))
+            .output()
+            .map_err(BenchError::io("running", &self.python))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() || !stdout.lines().any(|l| l.starts_with("VERIFY ")) {
+            return Err(BenchError::Run(format!(
+                "the Flink batch job writing {workload}'s rows failed ({}): {}",
+                output.status,
+                tail(&output.stderr, 15)
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `workload` over `input` (holding `records` records) at `parallelism`, with its
@@ -145,7 +200,7 @@ impl FlinkRunner {
     pub fn run(
         &self,
         workload: Workload,
-        input: &Path,
+        input: &FlinkInput,
         records: u64,
         parallelism: u32,
         work_dir: &Path,
@@ -155,8 +210,7 @@ impl FlinkRunner {
         let output = Command::new(&self.python)
             .arg(&self.script)
             .args(["--workload", workload.name()])
-            .arg("--input")
-            .arg(input)
+            .args(input.args())
             .args(["--records", &records.to_string()])
             .args(["--parallelism", &parallelism.to_string()])
             .arg("--checkpoint-dir")
@@ -166,13 +220,11 @@ impl FlinkRunner {
             .map_err(BenchError::io("running", &self.python))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let tail: Vec<_> = stderr.lines().rev().take(15).collect();
             return Err(BenchError::Run(format!(
                 "Flink job {workload} p{parallelism} failed ({}); its log is under {}:\n{}",
                 output.status,
                 log_dir.display(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                tail(&output.stderr, 15)
             )));
         }
         Ok(parse_result(&stdout)?.into_figures(workload))

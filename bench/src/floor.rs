@@ -162,6 +162,18 @@ pub fn compute(workload: Workload, dir: &Path) -> Result<FloorOutput, BenchError
             }
             Ok(())
         })?,
+        Workload::Q3
+        | Workload::Q4
+        | Workload::Q5
+        | Workload::Q6
+        | Workload::Q7
+        | Workload::Q8
+        | Workload::Q11
+        | Workload::Q12 => {
+            return Err(BenchError::Run(format!(
+                "the floor has no {workload}: it is written for the stateless and keyed workloads"
+            )))
+        }
         Workload::Q2 => for_each_line(dir, |line| {
             out.records += 1;
             if let Some(bid) = json::<BidEvent<AuctionPrice>>(line)?.into_bid() {

@@ -4,6 +4,7 @@
 //! the report that puts them side by side. `weir-vs-flink` runs it; `bench/README.md` says
 //! how.
 
+pub mod compare;
 pub mod error;
 pub mod flink;
 pub mod floor;

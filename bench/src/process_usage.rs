@@ -25,9 +25,24 @@ pub fn current() -> ProcessUsage {
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     ProcessUsage {
         cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        // Linux reports ru_maxrss in KiB.
-        peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
+        // VmHWM, not ru_maxrss: Linux carries ru_maxrss over an exec from the process that
+        // forked, so a run started by a suite process holding 200 MB reported 200 MB.
+        // VmHWM starts afresh with the new program. Both are in KiB.
+        peak_rss_mib: vm_hwm_kib().unwrap_or(usage.ru_maxrss as f64) / 1024.0,
     }
+}
+
+/// This process's peak resident set since its program started (`VmHWM`), KiB.
+fn vm_hwm_kib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Busy and total jiffies of all cores, from the first line of `/proc/stat`.

@@ -1,4 +1,4 @@
-//! What Nexmark q0, q1 and q2 read and write. A reader declares only the bid fields its
+//! What the Nexmark queries read and write. A reader declares only the bid fields its
 //! query uses, as Flink's planner pushes the query's projection into the JSON format: the
 //! rest of each line is skipped, not decoded.
 
@@ -84,6 +84,102 @@ pub struct AuctionPrice {
 pub fn q2_selects(auction: i64) -> bool {
     auction % 123 == 0
 }
+
+/// q3's output: a seller in Oregon, Idaho or California and an auction of theirs in
+/// category 10.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Q3Row {
+    /// The seller's name.
+    pub name: String,
+    /// The seller's city.
+    pub city: String,
+    /// The seller's state.
+    pub state: String,
+    /// The auction's id.
+    pub id: i64,
+}
+
+/// q4's output: a category and the average closing price of its auctions so far (Flink's
+/// `AVG` of `BIGINT`: truncated). `auctions` counts them, so that the last update of a
+/// category is the one with the most auctions; the check leaves it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Q4Row {
+    /// The category.
+    pub id: i64,
+    /// The average closing price, in cents.
+    #[serde(rename = "final")]
+    pub final_price: i64,
+    /// Auctions averaged (Weir only).
+    pub auctions: i64,
+}
+
+/// q5's output: an auction with the most bids in a sliding window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Q5Row {
+    /// The auction.
+    pub auction: i64,
+    /// Its bids in the window.
+    pub num: i64,
+}
+
+/// q6's output: after each closed auction of a seller, the average selling price of the
+/// seller's last auctions (this one and up to 10 before it, as the suite's SQL says).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Q6Row {
+    /// The seller.
+    pub seller: i64,
+    /// The average winning price, in cents (truncated).
+    pub avg_price: i64,
+}
+
+/// q7's output: a bid with the highest price of its 10 s window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Q7Row {
+    /// The auction.
+    pub auction: i64,
+    /// The price.
+    pub price: i64,
+    /// The bidder.
+    pub bidder: i64,
+    /// When the bid was made.
+    pub date_time: SqlTimestamp,
+    /// Padding.
+    pub extra: String,
+}
+
+/// q8's output: a person who opened an auction in the 10 s window in which they registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Q8Row {
+    /// The person.
+    pub id: i64,
+    /// Their name.
+    pub name: String,
+    /// The window's start.
+    pub stime: SqlTimestamp,
+}
+
+/// q11's and q12's output: a bidder's bids in a window (a session for q11, a 10 s
+/// processing-time window for q12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BidderCountRow {
+    /// The bidder.
+    pub bidder: i64,
+    /// Bids in the window.
+    pub bid_count: i64,
+    /// The window's start.
+    pub starttime: SqlTimestamp,
+    /// The window's end.
+    pub endtime: SqlTimestamp,
+}
+
+/// q3's filter of sellers.
+pub fn q3_state(state: &str) -> bool {
+    matches!(state, "OR" | "ID" | "CA")
+}
+
+/// q3's filter of auctions.
+pub const Q3_CATEGORY: i64 = 10;
 
 #[cfg(test)]
 mod tests {
