@@ -160,7 +160,8 @@ where
     W::DefaultTrigger: Trigger<W::Window>,
 {
     /// Calls `join` with every pair of records of equal key, one from each stream, that
-    /// share a window; the results carry the window's end as their timestamp.
+    /// share a window; the results carry the window's last millisecond (its end minus one)
+    /// as their timestamp, as in Flink.
     pub fn apply<O, F>(self, join: F) -> DataStream<O>
     where
         O: Record,
