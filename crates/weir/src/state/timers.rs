@@ -92,13 +92,42 @@ impl<K: Key> TimerQueue<K> {
         slot: KeyGroupSlot,
         timestamp: i64,
     ) -> Result<(), StateError> {
+        self.register_all(backend, key, slot, &[timestamp])
+    }
+
+    /// Registers `key`'s timers at `timestamps` with one lookup of the key's timers.
+    fn register_all(
+        &mut self,
+        backend: &mut HeapKeyedStateBackend<K>,
+        key: &K,
+        slot: KeyGroupSlot,
+        timestamps: &[i64],
+    ) -> Result<(), StateError> {
+        let mut added = Vec::new();
         match backend.value_mut::<Vec<i64>>(self.state, key, slot)? {
-            Some(timestamps) if timestamps.contains(&timestamp) => return Ok(()),
-            Some(timestamps) => timestamps.push(timestamp),
-            None => backend.update(self.state, key, slot, vec![timestamp])?,
+            Some(existing) => {
+                for &t in timestamps {
+                    if !existing.contains(&t) {
+                        existing.push(t);
+                        added.push(t);
+                    }
+                }
+            }
+            None => {
+                let mut fresh: Vec<i64> = Vec::with_capacity(timestamps.len());
+                for &t in timestamps {
+                    if !fresh.contains(&t) {
+                        fresh.push(t);
+                    }
+                }
+                added.clone_from(&fresh);
+                backend.update(self.state, key, slot, fresh)?;
+            }
         }
-        self.by_time.entry(timestamp).or_default().push(key.clone());
-        self.len += 1;
+        for t in added {
+            self.by_time.entry(t).or_default().push(key.clone());
+            self.len += 1;
+        }
         Ok(())
     }
 
@@ -210,6 +239,22 @@ impl<K: Key> InternalTimerService<K> {
         timestamp: i64,
     ) -> Result<(), StateError> {
         self.queue(domain).register(backend, key, slot, timestamp)
+    }
+
+    /// Registers `key`'s timers at every one of `timestamps` (one lookup of its timers).
+    pub fn register_all(
+        &mut self,
+        backend: &mut HeapKeyedStateBackend<K>,
+        domain: TimeDomain,
+        key: &K,
+        slot: KeyGroupSlot,
+        timestamps: &[i64],
+    ) -> Result<(), StateError> {
+        if timestamps.is_empty() {
+            return Ok(());
+        }
+        self.queue(domain)
+            .register_all(backend, key, slot, timestamps)
     }
 
     /// Deletes `key`'s timer at `timestamp`, if there is one.

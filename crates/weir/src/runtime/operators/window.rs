@@ -172,7 +172,8 @@ where
         result.map_err(|e| in_operator(&self.core.name, e.into()))
     }
 
-    /// Registers the timers triggers asked for, and the windows' cleanup timers.
+    /// Registers the timers triggers asked for, and the windows' cleanup timers, with one
+    /// lookup of the key's timers per clock.
     fn register_timers(
         &mut self,
         key: &K,
@@ -180,26 +181,28 @@ where
         ctx: TriggerContext,
         cleanups: &[i64],
     ) -> Result<(), TaskError> {
+        let mut event = ctx.event_timers;
+        let mut processing = ctx.processing_timers;
+        // The end of event time fires everything anyway.
+        let cleanups = cleanups.iter().copied().filter(|c| *c < i64::MAX);
+        match self.cleanup_domain() {
+            TimeDomain::EventTime => event.extend(cleanups),
+            TimeDomain::ProcessingTime => processing.extend(cleanups),
+        }
         let name = self.core.name.clone();
         let error = |e: StateError| in_operator(&name, e.into());
-        for t in ctx.event_timers {
-            self.timers
-                .register(&mut self.backend, TimeDomain::EventTime, key, slot, t)
-                .map_err(error)?;
-        }
-        for t in ctx.processing_timers {
-            self.timers
-                .register(&mut self.backend, TimeDomain::ProcessingTime, key, slot, t)
-                .map_err(error)?;
-        }
-        let domain = self.cleanup_domain();
-        // The end of event time fires everything anyway.
-        for &cleanup in cleanups.iter().filter(|c| **c < i64::MAX) {
-            self.timers
-                .register(&mut self.backend, domain, key, slot, cleanup)
-                .map_err(error)?;
-        }
-        Ok(())
+        self.timers
+            .register_all(&mut self.backend, TimeDomain::EventTime, key, slot, &event)
+            .map_err(error)?;
+        self.timers
+            .register_all(
+                &mut self.backend,
+                TimeDomain::ProcessingTime,
+                key,
+                slot,
+                &processing,
+            )
+            .map_err(error)
     }
 
     fn trigger_context(&self) -> TriggerContext {
