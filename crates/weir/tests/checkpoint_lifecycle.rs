@@ -391,7 +391,16 @@ fn run_with_corruption(
             "numbers",
         )
         .map(move |i: u64| {
-            if i == fail_at && !failed.swap(true, Ordering::SeqCst) {
+            // Fail at the first record from `fail_at` on by which two checkpoints have
+            // completed (on a loaded machine the first ones can be late), so that an older
+            // one is there to fall back to.
+            let ready = || checkpoint_dirs(&job).into_iter().filter(|c| c.1).count() >= 2;
+            if i >= fail_at
+                && i.is_multiple_of(64)
+                && !failed.load(Ordering::SeqCst)
+                && ready()
+                && !failed.swap(true, Ordering::SeqCst)
+            {
                 // This subtask no longer takes checkpoints; let those already in flight
                 // settle, so that no checkpoint completes between the damage and the failure.
                 std::thread::sleep(Duration::from_millis(400));
