@@ -6,3 +6,4 @@ pub mod generator;
 pub mod model;
 pub mod queries;
 pub mod sql_timestamp;
+pub mod weir_queries;
