@@ -11,15 +11,13 @@ use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::keyed_harness::KeyedHarness;
 use crate::runtime::operators::{
-    function_lifecycle, keyed_function_lifecycle, EndOfInput, OperatorCore, StreamOperator,
-    TwoInputStreamOperator,
+    function_lifecycle, keyed_function_lifecycle, keyed_function_timer_hooks, EndOfInput,
+    OperatorCore, StreamOperator, TwoInputStreamOperator,
 };
-use crate::runtime::output::{call_user, call_with_collector, Collector};
+use crate::runtime::output::{call_with_collector, Collector};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::operator_state::OperatorStateBackend;
-use crate::state::timers::TimeDomain;
-use crate::time::Watermark;
 
 /// Runs a co-process function with its lifecycle and operator state.
 pub struct CoProcessOperator<I1, I2, O, P> {
@@ -159,12 +157,9 @@ where
         record: I1,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
-        let selector = &self.first_key;
-        let key = call_user(&self.keyed.core.name, || selector.key(&record))?;
         let function = &mut self.function;
-        let timestamp = out.timestamp();
         self.keyed
-            .call_keyed(&key, timestamp, None, out, |ctx, out| {
+            .process_keyed(&self.first_key, record, out, |record, ctx, out| {
                 function.process_element1(record, ctx, out)
             })
     }
@@ -174,52 +169,12 @@ where
         record: I2,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError> {
-        let selector = &self.second_key;
-        let key = call_user(&self.keyed.core.name, || selector.key(&record))?;
         let function = &mut self.function;
-        let timestamp = out.timestamp();
         self.keyed
-            .call_keyed(&key, timestamp, None, out, |ctx, out| {
+            .process_keyed(&self.second_key, record, out, |record, ctx, out| {
                 function.process_element2(record, ctx, out)
             })
     }
 
-    fn process_watermark(
-        &mut self,
-        watermark: Watermark,
-        out: &mut ChainOutput<'_, O>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .advance_watermark(watermark.timestamp, out, |t, ctx, out| {
-                function.on_timer(t, ctx, out)
-            })?;
-        out.emit_watermark(watermark)
-    }
-
-    fn next_processing_time(&self) -> Option<i64> {
-        self.keyed.next_processing_time()
-    }
-
-    fn on_processing_time(
-        &mut self,
-        time: i64,
-        out: &mut ChainOutput<'_, O>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .fire_timers(TimeDomain::ProcessingTime, time, out, |t, ctx, out| {
-                function.on_timer(t, ctx, out)
-            })
-    }
-
-    fn end_input(
-        &mut self,
-        _cause: InputEnd,
-        out: &mut ChainOutput<'_, O>,
-    ) -> Result<(), TaskError> {
-        let function = &mut self.function;
-        self.keyed
-            .end_input(out, |ctx, out| function.end_input(ctx, out))
-    }
+    keyed_function_timer_hooks!(O);
 }

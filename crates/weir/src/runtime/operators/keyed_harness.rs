@@ -2,14 +2,17 @@
 //! operator state, the end-of-input mark — and the calls that scope a user function to one
 //! key. Shared by `process` on keyed streams and on keyed connected streams.
 
+use std::sync::Arc;
+
 use crate::api::functions::{FunctionStateContext, KeyedContext, KeyedEndContext, RuntimeContext};
 use crate::error::{BoxError, StateError, TaskError};
 use crate::record::{Key, Record};
 use crate::runtime::chain::ChainOutput;
+use crate::runtime::key_selector::KeySelector;
 use crate::runtime::operators::{
     call_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
 };
-use crate::runtime::output::{call_with_collector, in_operator, Collector};
+use crate::runtime::output::{call_user, call_with_collector, in_operator, Collector};
 use crate::runtime::snapshot::OperatorSnapshot;
 use crate::runtime::task::OperatorSetup;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
@@ -92,6 +95,20 @@ impl<K: Key> KeyedHarness<K> {
         });
         out.return_side_outputs(side);
         result
+    }
+
+    /// Processes `record`: its key from `selector`, then `f` scoped to that key with the
+    /// record's timestamp.
+    pub(crate) fn process_keyed<I: 'static, O: Record>(
+        &mut self,
+        selector: &Arc<dyn KeySelector<I, Key = K>>,
+        record: I,
+        out: &mut ChainOutput<'_, O>,
+        f: impl FnOnce(I, &mut KeyedContext<'_, K>, &mut Collector<'_, O>) -> Result<(), BoxError>,
+    ) -> Result<(), TaskError> {
+        let key = call_user(&self.core.name, || selector.key(&record))?;
+        let timestamp = out.timestamp();
+        self.call_keyed(&key, timestamp, None, out, |ctx, out| f(record, ctx, out))
     }
 
     /// Fires every timer of `domain` due at `time`, in time order, including those that the

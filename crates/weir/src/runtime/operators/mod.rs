@@ -302,6 +302,55 @@ macro_rules! keyed_function_lifecycle {
 }
 pub(crate) use keyed_function_lifecycle;
 
+/// The watermark, timer and end-of-input hooks of an operator running a keyed user function
+/// with `on_timer` and `end_input` (fields `keyed: KeyedHarness<K>` and `function`), for
+/// one-input and two-input operators alike.
+macro_rules! keyed_function_timer_hooks {
+    ($output:ty) => {
+        fn process_watermark(
+            &mut self,
+            watermark: $crate::time::Watermark,
+            out: &mut $crate::runtime::chain::ChainOutput<'_, $output>,
+        ) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            self.keyed
+                .advance_watermark(watermark.timestamp, out, |t, ctx, out| {
+                    function.on_timer(t, ctx, out)
+                })?;
+            out.emit_watermark(watermark)
+        }
+
+        fn next_processing_time(&self) -> Option<i64> {
+            self.keyed.next_processing_time()
+        }
+
+        fn on_processing_time(
+            &mut self,
+            time: i64,
+            out: &mut $crate::runtime::chain::ChainOutput<'_, $output>,
+        ) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            self.keyed.fire_timers(
+                $crate::state::timers::TimeDomain::ProcessingTime,
+                time,
+                out,
+                |t, ctx, out| function.on_timer(t, ctx, out),
+            )
+        }
+
+        fn end_input(
+            &mut self,
+            _cause: $crate::runtime::stream_element::InputEnd,
+            out: &mut $crate::runtime::chain::ChainOutput<'_, $output>,
+        ) -> Result<(), $crate::error::TaskError> {
+            let function = &mut self.function;
+            self.keyed
+                .end_input(out, |ctx, out| function.end_input(ctx, out))
+        }
+    };
+}
+pub(crate) use keyed_function_timer_hooks;
+
 /// Operator list state that marks the subtasks of an operator whose input has ended: a job
 /// restored from a checkpoint taken after that point (between the end of data and the final
 /// checkpoint, or a drained savepoint) must not end the input a second time, or what
