@@ -289,39 +289,31 @@ impl ser::SerializeMap for &mut KeySerializer<'_> {
     }
 }
 
-impl ser::SerializeStruct for &mut KeySerializer<'_> {
-    type Ok = ();
-    type Error = KeyBytesError;
-    #[inline]
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), KeyBytesError> {
-        value.serialize(&mut **self)
-    }
-    #[inline]
-    fn end(self) -> Result<(), KeyBytesError> {
-        Ok(())
-    }
+/// Named fields serialize as their values alone: the field names are fixed by the type, so
+/// they add nothing to a key's identity.
+macro_rules! named_compound {
+    ($trait:ident) => {
+        impl ser::$trait for &mut KeySerializer<'_> {
+            type Ok = ();
+            type Error = KeyBytesError;
+            #[inline]
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                _key: &'static str,
+                value: &T,
+            ) -> Result<(), KeyBytesError> {
+                value.serialize(&mut **self)
+            }
+            #[inline]
+            fn end(self) -> Result<(), KeyBytesError> {
+                Ok(())
+            }
+        }
+    };
 }
 
-impl ser::SerializeStructVariant for &mut KeySerializer<'_> {
-    type Ok = ();
-    type Error = KeyBytesError;
-    #[inline]
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), KeyBytesError> {
-        value.serialize(&mut **self)
-    }
-    #[inline]
-    fn end(self) -> Result<(), KeyBytesError> {
-        Ok(())
-    }
-}
+named_compound!(SerializeStruct);
+named_compound!(SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {
