@@ -203,6 +203,15 @@ pub enum TaskError {
     /// The job is being cancelled (another task failed or the job was stopped).
     #[error("task cancelled")]
     Cancelled,
+    /// The data connection to another TaskManager, carrying some of the task's channels,
+    /// failed or was cut.
+    #[error("data connection to {peer} lost: {reason}")]
+    ConnectionLost {
+        /// The peer TaskManager and its address.
+        peer: String,
+        /// Why, as far as this side knows.
+        reason: String,
+    },
     /// A peer task went away without ending its stream: it failed or was cancelled.
     #[error("channel to {peer} closed unexpectedly")]
     ChannelClosed {

@@ -43,6 +43,20 @@ impl<T> RecordBatch<T> {
         }
     }
 
+    /// Checks what decoding alone cannot: a timestamp column is empty or as long as the
+    /// records (a batch from the network may be malformed).
+    pub fn check_shape(&self) -> Result<(), String> {
+        if self.timestamps.is_empty() || self.timestamps.len() == self.records.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "a batch of {} records has {} timestamps",
+                self.records.len(),
+                self.timestamps.len()
+            ))
+        }
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.records.len()

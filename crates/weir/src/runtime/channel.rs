@@ -7,6 +7,7 @@
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError, TrySendError};
 
 use crate::error::TaskError;
+use crate::runtime::network::credit::{CreditReturn, RemoteSender};
 use crate::runtime::stream_element::StreamElement;
 
 /// Cancellation signal: the job manager cancels by dropping the paired sender, which every
@@ -40,40 +41,93 @@ impl CancelToken {
     }
 }
 
-/// Sending end of a channel between two subtasks.
+/// Sending end of a channel between two subtasks: in-process, or to a subtask in another
+/// process over the network (see [`crate::runtime::network`]). Which one is decided where the
+/// channel is created (the [`Transport`](crate::runtime::transport::Transport)), never by the
+/// operator that writes to it.
 pub struct ChannelSender<T> {
-    tx: Sender<StreamElement<T>>,
+    kind: SenderKind<T>,
+}
+
+enum SenderKind<T> {
+    Local(Sender<StreamElement<T>>),
+    Remote(RemoteSender),
 }
 
 /// Receiving end of a channel between two subtasks.
+///
+/// A remote channel's elements arrive decoded in the same bounded queue as a local one's; the
+/// receiver only has to hand back a credit for each element it takes, so that the sender may
+/// send another (credit-based flow control).
 pub struct ChannelReceiver<T> {
     pub(crate) rx: Receiver<StreamElement<T>>,
+    credit: Option<CreditReturn>,
 }
 
-/// Creates a channel holding at most `capacity` elements (batches or events).
+/// Creates an in-process channel holding at most `capacity` elements (batches or events).
 pub fn channel<T>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
-    (ChannelSender { tx }, ChannelReceiver { rx })
+    (
+        ChannelSender {
+            kind: SenderKind::Local(tx),
+        },
+        ChannelReceiver { rx, credit: None },
+    )
 }
 
-impl<T> ChannelSender<T> {
-    /// Sends one element, blocking while the channel is full, until the consumer takes it
-    /// or the job is cancelled.
-    pub fn send(&self, element: StreamElement<T>, cancel: &CancelToken) -> Result<(), TaskError> {
-        match self.tx.try_send(element) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Disconnected(_)) => {
-                Err(TaskError::ChannelClosed { peer: "downstream" })
-            }
-            Err(TrySendError::Full(element)) => select! {
-                send(self.tx, element) -> sent => sent.map_err(|_| TaskError::ChannelClosed { peer: "downstream" }),
-                recv(cancel.receiver()) -> _ => Err(TaskError::Cancelled),
-            },
+impl<T: serde::Serialize> ChannelSender<T> {
+    /// The sending end of a channel whose receiver is in another process.
+    pub(crate) fn remote(sender: RemoteSender) -> Self {
+        Self {
+            kind: SenderKind::Remote(sender),
         }
     }
 
-    /// Number of elements queued in the channel now.
+    /// Sends one element, blocking while the channel is full (a remote channel: while the
+    /// receiver has granted no credit), until the consumer takes it or the job is cancelled.
+    pub fn send(&self, element: StreamElement<T>, cancel: &CancelToken) -> Result<(), TaskError> {
+        match &self.kind {
+            SenderKind::Local(tx) => match tx.try_send(element) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Disconnected(_)) => {
+                    Err(TaskError::ChannelClosed { peer: "downstream" })
+                }
+                Err(TrySendError::Full(element)) => select! {
+                    send(tx, element) -> sent => sent.map_err(|_| TaskError::ChannelClosed { peer: "downstream" }),
+                    recv(cancel.receiver()) -> _ => Err(TaskError::Cancelled),
+                },
+            },
+            SenderKind::Remote(remote) => remote.send(&element, cancel),
+        }
+    }
+}
+
+impl<T> ChannelSender<T> {
+    /// Number of elements queued in the channel now (for a remote channel: sent and not yet
+    /// taken by the receiver, as far as the sender knows).
     pub fn queued(&self) -> usize {
-        self.tx.len()
+        match &self.kind {
+            SenderKind::Local(tx) => tx.len(),
+            SenderKind::Remote(remote) => remote.in_flight(),
+        }
+    }
+}
+
+impl<T> ChannelReceiver<T> {
+    /// The receiving end of a remote channel: elements arrive in `rx`, and each one taken
+    /// hands a credit back through `credit`.
+    pub(crate) fn remote(rx: Receiver<StreamElement<T>>, credit: CreditReturn) -> Self {
+        Self {
+            rx,
+            credit: Some(credit),
+        }
+    }
+
+    /// Called after each element taken from `rx`: a remote channel's sender gets a credit.
+    #[inline]
+    pub(crate) fn consumed(&self) {
+        if let Some(credit) = &self.credit {
+            credit.grant(1);
+        }
     }
 }

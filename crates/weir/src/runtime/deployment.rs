@@ -17,6 +17,7 @@ use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
 use crate::runtime::snapshot::RestoredOperatorState;
 use crate::runtime::stream_type::{AnyBox, StreamType, WriterSpec};
 use crate::runtime::task::{Invokable, OperatorSetup};
+use crate::runtime::transport::Transport;
 use crate::state::key_group::key_group_range_for_operator;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
 
@@ -135,9 +136,11 @@ fn relative_successors(
         .collect()
 }
 
-/// Creates every channel, coordinator and task of `job`, restoring from `restore` if given.
+/// Creates every channel, coordinator and task of `job` that `transport` places in this
+/// process, restoring from `restore` if given.
 pub fn deploy(
     job: &JobDefinition,
+    transport: &dyn Transport,
     cancel: &CancelToken,
     storage: Option<&Arc<dyn CheckpointStorage>>,
     restore: Option<&RestorePoint>,
@@ -151,15 +154,26 @@ pub fn deploy(
     // per consumer in the same order, so pushing in list order keeps both orders.
     let mut senders: HashMap<(usize, SubtaskRef), Vec<AnyBox>> = HashMap::new();
     let mut receivers: HashMap<SubtaskRef, Vec<(u8, AnyBox)>> = HashMap::new();
-    for ch in &eg.channels {
+    for (index, ch) in eg.channels.iter().enumerate() {
         let stream_edge = jg.edges[ch.job_edge].stream_edge;
-        let (tx, rx) = job.edge_type(stream_edge).channel(config.channel_capacity);
-        senders
-            .entry((ch.job_edge, ch.producer))
-            .or_default()
-            .push(tx);
-        let input = sg.edges[stream_edge.index()].input;
-        receivers.entry(ch.consumer).or_default().push((input, rx));
+        let ends = transport
+            .create_channel(
+                index as u32,
+                ch,
+                job.edge_type(stream_edge).as_ref(),
+                config.channel_capacity,
+            )
+            .map_err(|e| WeirError::Internal(format!("cannot create channel {index}: {e}")))?;
+        if let Some(tx) = ends.sender {
+            senders
+                .entry((ch.job_edge, ch.producer))
+                .or_default()
+                .push(tx);
+        }
+        if let Some(rx) = ends.receiver {
+            let input = sg.edges[stream_edge.index()].input;
+            receivers.entry(ch.consumer).or_default().push((input, rx));
+        }
     }
 
     let mut coordinators = Vec::new();
@@ -188,7 +202,7 @@ pub fn deploy(
     }
 
     let mut tasks = Vec::new();
-    for ev in &eg.vertices {
+    for ev in eg.vertices.iter().filter(|v| transport.runs_here(v.id)) {
         let vertex = &jg.vertices[ev.id.vertex.index()];
         // The chain's operators in the vertex's (topological) order, then its record
         // writers: every node's successors come after it.

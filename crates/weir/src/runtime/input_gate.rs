@@ -108,6 +108,7 @@ impl<T> InputGate<T> {
             }
             match channel.receiver.rx.try_recv() {
                 Ok(element) => {
+                    channel.receiver.consumed();
                     self.next = (i + 1) % n;
                     return Ok(Some((i, element)));
                 }
@@ -131,9 +132,10 @@ impl<T> InputGate<T> {
             .collect()
     }
 
-    /// `channel` was just read by a wait over several gates: it goes to the back of the
-    /// round-robin.
+    /// `channel` was just read by a wait over several gates: its sender gets a credit, and it
+    /// goes to the back of the round-robin.
     pub(crate) fn was_read(&mut self, channel: usize) {
+        self.channels[channel].receiver.consumed();
         self.next = (channel + 1) % self.channels.len();
     }
 
@@ -184,6 +186,7 @@ impl<T> InputGate<T> {
         let channel = readable[index - 2];
         match operation.recv(&self.channels[channel].receiver.rx) {
             Ok(element) => {
+                self.channels[channel].receiver.consumed();
                 self.next = (channel + 1) % self.channels.len();
                 Ok(GateNext::Element(channel, element))
             }

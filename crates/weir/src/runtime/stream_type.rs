@@ -12,6 +12,8 @@ use crate::record::Record;
 use crate::runtime::chain::{ChainedNode, SideOutputSlot};
 use crate::runtime::channel::{channel, CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
+use crate::runtime::network::connection::{remote_receiver, ChannelInbox};
+use crate::runtime::network::credit::{CreditReturn, RemoteSender};
 use crate::runtime::record_writer::{ChannelSelector, RecordWriter};
 use crate::state::key_group::KeyGroupAssigner;
 
@@ -53,6 +55,15 @@ pub trait StreamType: Send + Sync {
     fn side_output_slot(&self, tag: Arc<str>, successors: Vec<usize>) -> SideOutputSlot;
     /// The `TypeId` of the records.
     fn record_type_id(&self) -> std::any::TypeId;
+    /// The sending end (`ChannelSender<T>`) of a channel to another process.
+    fn remote_sender(&self, sender: RemoteSender) -> AnyBox;
+    /// The receiving end (`ChannelReceiver<T>`) of a channel from another process, with room
+    /// for `capacity` elements, and the inbox its connection decodes into.
+    fn remote_receiver(
+        &self,
+        capacity: usize,
+        credit: CreditReturn,
+    ) -> (AnyBox, Box<dyn ChannelInbox>);
 }
 
 /// The [`StreamType`] of records of type `T`.
@@ -130,5 +141,18 @@ impl<T: Record> StreamType for TypeOf<T> {
 
     fn record_type_id(&self) -> std::any::TypeId {
         std::any::TypeId::of::<T>()
+    }
+
+    fn remote_sender(&self, sender: RemoteSender) -> AnyBox {
+        Box::new(ChannelSender::<T>::remote(sender))
+    }
+
+    fn remote_receiver(
+        &self,
+        capacity: usize,
+        credit: CreditReturn,
+    ) -> (AnyBox, Box<dyn ChannelInbox>) {
+        let (receiver, inbox) = remote_receiver::<T>(capacity, credit);
+        (Box::new(receiver), inbox)
     }
 }

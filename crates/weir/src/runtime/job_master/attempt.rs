@@ -19,6 +19,7 @@ use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task::{run_task, TaskControl, TaskEnvironment, TaskEvent};
+use crate::runtime::transport::LocalTransport;
 
 /// How one run of the job's tasks ended.
 pub(super) enum AttemptEnd {
@@ -117,7 +118,14 @@ impl JobMaster {
         restore: Option<&RestorePoint>,
     ) -> Result<(Attempt, Receiver<TaskEvent>), DeployError> {
         let (cancel_handle, cancel) = cancel_pair();
-        let deployment = deploy(&self.job, &cancel, self.storage(), restore, &self.fencing)?;
+        let deployment = deploy(
+            &self.job,
+            &LocalTransport,
+            &cancel,
+            self.storage(),
+            restore,
+            &self.fencing,
+        )?;
         let (events_tx, events) = crossbeam_channel::unbounded();
         let mut attempt = Attempt {
             cancel: Some(cancel_handle),

@@ -1,0 +1,157 @@
+//! Credit-based flow control: a remote channel's sending end, which spends one credit per
+//! element, and the receiving side's return of credits as its task takes elements.
+//!
+//! A channel's receiver grants as many credits as its queue has slots, so the elements in
+//! flight on a channel never exceed what its receiver can hold: the connection's reader can
+//! always deliver at once, and a channel whose task does not read stops only its own sender.
+
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
+use serde::Serialize;
+
+use super::frame::data_frame;
+use crate::error::TaskError;
+use crate::runtime::channel::CancelToken;
+use crate::runtime::stream_element::StreamElement;
+
+/// What a connection's writer thread sends: encoded data frames, and credits (which it
+/// merges per channel before writing).
+#[derive(Debug)]
+pub enum Outbound {
+    /// A complete data frame.
+    Data(Vec<u8>),
+    /// Credits for the sender of `channel`.
+    Credit {
+        /// The channel.
+        channel: u32,
+        /// How many.
+        credits: u32,
+    },
+}
+
+/// What the ends of a connection's channels know of the connection: its peer, and why it
+/// failed once it has.
+#[derive(Debug)]
+pub struct LinkState {
+    /// The peer TaskManager and address, for errors.
+    pub peer: String,
+    failure: OnceLock<String>,
+}
+
+impl LinkState {
+    /// The state of a new connection to `peer`.
+    pub fn new(peer: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            peer: peer.into(),
+            failure: OnceLock::new(),
+        })
+    }
+
+    /// Records why the connection failed; the first reason is kept.
+    pub fn fail(&self, reason: impl Into<String>) {
+        let _ = self.failure.set(reason.into());
+    }
+
+    /// Why the connection failed, if it has.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
+    }
+
+    /// The error a channel end reports once the connection is gone.
+    pub fn lost(&self) -> TaskError {
+        TaskError::ConnectionLost {
+            peer: self.peer.clone(),
+            reason: self
+                .failure()
+                .unwrap_or("the connection was closed")
+                .to_string(),
+        }
+    }
+}
+
+/// The sending end of a channel whose receiver runs in another TaskManager.
+pub struct RemoteSender {
+    channel: u32,
+    /// One token per credit granted by the receiver.
+    credits: Receiver<()>,
+    /// The receiver's queue size: the most elements in flight.
+    window: usize,
+    out: Sender<Outbound>,
+    link: Arc<LinkState>,
+}
+
+impl RemoteSender {
+    /// The sender of `channel`, spending `credits` and writing through `out`.
+    pub fn new(
+        channel: u32,
+        credits: Receiver<()>,
+        window: usize,
+        out: Sender<Outbound>,
+        link: Arc<LinkState>,
+    ) -> Self {
+        Self {
+            channel,
+            credits,
+            window,
+            out,
+            link,
+        }
+    }
+
+    /// Encodes and sends `element` once the receiver has granted a credit, waiting for one
+    /// (backpressure) until the job is cancelled or the connection is lost.
+    pub fn send<T: Serialize>(
+        &self,
+        element: &StreamElement<T>,
+        cancel: &CancelToken,
+    ) -> Result<(), TaskError> {
+        match self.credits.try_recv() {
+            Ok(()) => {}
+            Err(TryRecvError::Disconnected) => return Err(self.link.lost()),
+            Err(TryRecvError::Empty) => select! {
+                recv(self.credits) -> credit => credit.map_err(|_| self.link.lost())?,
+                recv(cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
+            },
+        }
+        let frame = data_frame(self.channel, element).map_err(|e| {
+            TaskError::User(
+                format!(
+                    "cannot encode a batch for channel {} to {}: {e}",
+                    self.channel, self.link.peer
+                )
+                .into(),
+            )
+        })?;
+        self.out
+            .send(Outbound::Data(frame))
+            .map_err(|_| self.link.lost())
+    }
+
+    /// Elements sent and not yet taken by the receiver, as far as credits tell.
+    pub fn in_flight(&self) -> usize {
+        self.window.saturating_sub(self.credits.len())
+    }
+}
+
+/// The receiving side's line back to a remote channel's sender.
+pub struct CreditReturn {
+    channel: u32,
+    out: Sender<Outbound>,
+}
+
+impl CreditReturn {
+    /// Credits of `channel`, written through `out`.
+    pub fn new(channel: u32, out: Sender<Outbound>) -> Self {
+        Self { channel, out }
+    }
+
+    /// Grants `credits` more elements to the sender.
+    pub fn grant(&self, credits: u32) {
+        // A closed connection fails the channel on its own; nothing to tell then.
+        let _ = self.out.send(Outbound::Credit {
+            channel: self.channel,
+            credits,
+        });
+    }
+}
