@@ -32,7 +32,7 @@ pub enum Participant {
 }
 
 /// What a participant hands in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Acknowledgement {
     /// A subtask's operator states and timings.
     Task {

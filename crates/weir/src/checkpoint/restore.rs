@@ -47,7 +47,7 @@ pub enum RestoreError {
 }
 
 /// What one new subtask of one operator restores.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SubtaskRestorePlan {
     /// Key-group blocks to read: (file, entry).
     pub keyed: Vec<(String, KeyGroupEntry)>,
@@ -56,7 +56,7 @@ pub struct SubtaskRestorePlan {
 }
 
 /// The restore plan of a whole job.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RestoreAssignment {
     /// Per operator, per new subtask.
     pub subtasks: HashMap<NodeId, Vec<SubtaskRestorePlan>>,

@@ -21,7 +21,7 @@ pub enum CheckpointStatus {
 }
 
 /// What one subtask reported of its part of a checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SubtaskCheckpointStats {
     /// Task name, `chain (i/p)`.
     pub task: String,

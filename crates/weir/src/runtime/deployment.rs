@@ -15,6 +15,7 @@ use crate::runtime::channel::CancelToken;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
 use crate::runtime::snapshot::RestoredOperatorState;
+use crate::runtime::source_task::ReaderEndpoint;
 use crate::runtime::stream_type::{AnyBox, StreamType, WriterSpec};
 use crate::runtime::task::{Invokable, OperatorSetup};
 use crate::runtime::transport::Transport;
@@ -22,7 +23,7 @@ use crate::state::key_group::key_group_range_for_operator;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
 
 /// A job's state to start from: the checkpoint's location and the per-subtask plan.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RestorePoint {
     /// The checkpoint or savepoint id.
     pub checkpoint_id: u64,
@@ -32,10 +33,26 @@ pub struct RestorePoint {
     pub assignment: RestoreAssignment,
 }
 
+/// A task created but not started: its subtask, name and body.
+pub type DeployedTask = (SubtaskRef, String, Box<dyn Invokable>);
+
+/// A source's coordinator (split enumerator), created but not started, and the endpoints of
+/// its readers, by subtask.
+pub struct DeployedCoordinator {
+    /// The source.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// The enumerator's runner.
+    pub runner: Box<dyn SourceCoordinatorRunner>,
+    /// Reader `i`'s line to the coordinator, at index `i`.
+    pub readers: Vec<ReaderEndpoint>,
+}
+
 /// A deployed but not yet started job.
 pub struct Deployment {
     /// Tasks: subtask, task name, body.
-    pub tasks: Vec<(SubtaskRef, String, Box<dyn Invokable>)>,
+    pub tasks: Vec<DeployedTask>,
     /// Source coordinators: source node, name, runner.
     pub coordinators: Vec<(NodeId, String, Box<dyn SourceCoordinatorRunner>)>,
 }
@@ -136,16 +153,86 @@ fn relative_successors(
         .collect()
 }
 
-/// Creates every channel, coordinator and task of `job` that `transport` places in this
-/// process, restoring from `restore` if given.
+/// Creates every channel, coordinator and task of `job` in this process, restoring from
+/// `restore` if given (the local mini-cluster).
 pub fn deploy(
+    job: &JobDefinition,
+    cancel: &CancelToken,
+    storage: Option<&Arc<dyn CheckpointStorage>>,
+    restore: Option<&RestorePoint>,
+    fencing: &FencingToken,
+) -> Result<Deployment, DeployError> {
+    let mut coordinators = Vec::new();
+    let mut endpoints = HashMap::new();
+    for c in create_coordinators(job, cancel, restore)? {
+        endpoints.insert(c.node, c.readers.into_iter().map(Some).collect());
+        coordinators.push((c.node, c.name, c.runner));
+    }
+    let tasks = deploy_tasks(
+        job,
+        &crate::runtime::transport::LocalTransport,
+        cancel,
+        storage,
+        restore,
+        fencing,
+        &mut endpoints,
+    )?;
+    Ok(Deployment {
+        tasks,
+        coordinators,
+    })
+}
+
+/// Creates the coordinator of every source of `job` (they run where the JobManager runs),
+/// from the enumerator states of `restore` if given.
+pub fn create_coordinators(
+    job: &JobDefinition,
+    cancel: &CancelToken,
+    restore: Option<&RestorePoint>,
+) -> Result<Vec<DeployedCoordinator>, DeployError> {
+    let (sg, jg) = (&job.plan.stream_graph, &job.plan.job_graph);
+    let mut coordinators = Vec::new();
+    for vertex in jg.vertices.iter().filter(|v| v.is_source) {
+        let head = sg.node(vertex.head());
+        let NodeFactory::Source(factory) = &job.factories[head.id.index()] else {
+            return Err(WeirError::Internal(format!(
+                "source `{}` has no source factory",
+                head.name
+            ))
+            .into());
+        };
+        let restored = restore.and_then(|r| r.assignment.coordinators.get(&head.id));
+        let (runner, readers) = factory
+            .create_coordinator(
+                head.id,
+                vertex.parallelism,
+                &head.name,
+                cancel.clone(),
+                restored.map(Vec::as_slice),
+            )
+            .map_err(|e| setup_error(&head.name, None, e))?;
+        coordinators.push(DeployedCoordinator {
+            node: head.id,
+            name: head.name.clone(),
+            runner,
+            readers,
+        });
+    }
+    Ok(coordinators)
+}
+
+/// Creates the channels and tasks of `job` that `transport` places in this process,
+/// restoring from `restore` if given. A source task takes its reader's endpoint out of
+/// `endpoints` (by source node, then subtask).
+pub fn deploy_tasks(
     job: &JobDefinition,
     transport: &dyn Transport,
     cancel: &CancelToken,
     storage: Option<&Arc<dyn CheckpointStorage>>,
     restore: Option<&RestorePoint>,
     fencing: &FencingToken,
-) -> Result<Deployment, DeployError> {
+    endpoints: &mut HashMap<NodeId, Vec<Option<ReaderEndpoint>>>,
+) -> Result<Vec<DeployedTask>, DeployError> {
     let plan = &job.plan;
     let (sg, jg, eg) = (&plan.stream_graph, &plan.job_graph, &plan.execution_graph);
     let config = &job.config;
@@ -174,31 +261,6 @@ pub fn deploy(
             let input = sg.edges[stream_edge.index()].input;
             receivers.entry(ch.consumer).or_default().push((input, rx));
         }
-    }
-
-    let mut coordinators = Vec::new();
-    let mut endpoints: HashMap<NodeId, Vec<Option<AnyBox>>> = HashMap::new();
-    for vertex in jg.vertices.iter().filter(|v| v.is_source) {
-        let head = sg.node(vertex.head());
-        let NodeFactory::Source(factory) = &job.factories[head.id.index()] else {
-            return Err(WeirError::Internal(format!(
-                "source `{}` has no source factory",
-                head.name
-            ))
-            .into());
-        };
-        let restored = restore.and_then(|r| r.assignment.coordinators.get(&head.id));
-        let (coordinator, eps) = factory
-            .create_coordinator(
-                head.id,
-                vertex.parallelism,
-                &head.name,
-                cancel.clone(),
-                restored.map(Vec::as_slice),
-            )
-            .map_err(|e| setup_error(&head.name, None, e))?;
-        coordinators.push((head.id, head.name.clone(), coordinator));
-        endpoints.insert(head.id, eps.into_iter().map(Some).collect());
     }
 
     let mut tasks = Vec::new();
@@ -364,8 +426,5 @@ pub fn deploy(
         };
         tasks.push((ev.id, ev.name.clone(), body));
     }
-    Ok(Deployment {
-        tasks,
-        coordinators,
-    })
+    Ok(tasks)
 }

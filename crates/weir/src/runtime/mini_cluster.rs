@@ -13,6 +13,7 @@ use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_master::{JobCommand, JobMaster};
 use crate::runtime::job_result::JobExecutionResult;
 use crate::runtime::stream_element::StopMode;
+use crate::runtime::task_executors::LocalTaskExecutors;
 
 /// Runs jobs in this process.
 pub struct MiniCluster;
@@ -22,7 +23,7 @@ impl MiniCluster {
     pub fn submit(job: JobDefinition) -> Result<JobClient, WeirError> {
         let job_name = job.plan.stream_graph.job_name.clone();
         let (commands, inbox) = crossbeam_channel::unbounded();
-        let master = JobMaster::new(job, inbox)?;
+        let master = JobMaster::new(job, inbox, Box::new(LocalTaskExecutors))?;
         let handle = std::thread::Builder::new()
             .name(format!("jobmanager {job_name}"))
             .spawn(move || master.run())

@@ -23,6 +23,7 @@ pub mod stream_element;
 pub mod stream_task;
 pub mod stream_type;
 pub mod task;
+pub mod task_executors;
 pub mod task_inputs;
 pub mod transport;
 pub mod watermark_valve;

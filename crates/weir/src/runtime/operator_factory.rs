@@ -12,7 +12,7 @@ use crate::runtime::chain::{ChainedNode, OneInputNode, OperatorChain, TwoInputNo
 use crate::runtime::channel::{CancelToken, ChannelReceiver};
 use crate::runtime::input_gate::InputGate;
 use crate::runtime::operators::{OneInputStreamOperator, TwoInputStreamOperator};
-use crate::runtime::source_task::CoordinatorControl;
+use crate::runtime::source_task::{CoordinatorControl, ReaderEndpoint};
 use crate::runtime::stream_task::StreamTask;
 use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskEvent};
@@ -181,13 +181,13 @@ pub trait SourceFactory: Send {
         name: &str,
         cancel: CancelToken,
         restored: Option<&[u8]>,
-    ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<AnyBox>), BoxError>;
+    ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<ReaderEndpoint>), BoxError>;
     /// Creates the source task of one subtask, emitting into `chain`.
     fn create_task(
         &self,
         setup: &OperatorSetup,
         chain: OperatorChain,
-        endpoint: AnyBox,
+        endpoint: ReaderEndpoint,
     ) -> Result<Box<dyn Invokable>, BoxError>;
     /// Largest parallelism the source supports.
     fn max_parallelism(&self) -> Option<u32>;

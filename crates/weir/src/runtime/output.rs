@@ -11,7 +11,7 @@ use crate::graph::ids::NodeId;
 use crate::time::Watermark;
 
 /// Record counts of one operator subtask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorMetrics {
     /// The operator.
     pub node: NodeId,

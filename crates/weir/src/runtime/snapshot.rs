@@ -16,7 +16,7 @@ use crate::runtime::task::{TaskControl, TaskEnvironment, TaskEvent};
 use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
 
 /// What a checkpoint notification says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CheckpointNotification {
     /// Checkpoint `id` is complete (its metadata is durable).
     Complete(u64),

@@ -39,17 +39,19 @@ use crate::runtime::snapshot::{
 };
 use crate::runtime::source_watermarks::{SourceOutput, SourceWatermarks};
 use crate::runtime::stream_element::CheckpointBarrier;
-use crate::runtime::stream_type::{downcast, AnyBox};
 use crate::runtime::task::{Invokable, OperatorSetup, TaskControl, TaskEnvironment, TaskEvent};
 use crate::time::{Watermark, WatermarkStrategy};
 
 /// Name of the operator list state holding a reader's splits (Flink's `SourceReaderState`).
 pub const READER_SPLITS_STATE: &str = "source-reader-splits";
 
-/// A message from the coordinator to one reader, in order.
-pub enum ReaderMessage<S> {
-    /// Splits, or the end of them.
-    Assignment(SplitAssignment<S>),
+/// A message from the coordinator to one reader, in order. Plain data (Flink's operator
+/// events): the coordinator runs on the JobManager, the reader may run in another process.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReaderMessage {
+    /// Splits, or the end of them: a postcard-encoded `SplitAssignment` of the source's
+    /// split type.
+    Assignment(Vec<u8>),
     /// Take checkpoint `barrier` now.
     Trigger(CheckpointBarrier),
 }
@@ -63,10 +65,29 @@ pub enum CoordinatorControl {
     Notify(CheckpointNotification),
 }
 
-/// A reader's line to the coordinator.
-pub struct ReaderEndpoint<S> {
+/// A reader's line to the coordinator: its requests go out on one queue, the coordinator's
+/// messages come in on another. Across processes, the TaskManager and the JobManager forward
+/// both.
+pub struct ReaderEndpoint {
     to_coordinator: Sender<ReaderEvent>,
-    messages: Receiver<ReaderMessage<S>>,
+    messages: Receiver<ReaderMessage>,
+}
+
+impl ReaderEndpoint {
+    /// An endpoint whose requests go to `to_coordinator` and whose messages come from
+    /// `messages`.
+    pub fn new(to_coordinator: Sender<ReaderEvent>, messages: Receiver<ReaderMessage>) -> Self {
+        Self {
+            to_coordinator,
+            messages,
+        }
+    }
+
+    /// Takes the endpoint apart: the line to the coordinator and the line from it (to
+    /// forward them elsewhere).
+    pub fn into_parts(self) -> (Sender<ReaderEvent>, Receiver<ReaderMessage>) {
+        (self.to_coordinator, self.messages)
+    }
 }
 
 /// Runs one source reader and pushes its records into the chain.
@@ -76,7 +97,7 @@ pub struct SourceTask<S: Source> {
     subtask: u32,
     reader: S::Reader,
     restored_splits: Option<Vec<S::Split>>,
-    endpoint: ReaderEndpoint<S::Split>,
+    endpoint: ReaderEndpoint,
     chain: OperatorChain,
     /// The reader's records, handed to the chain in batches.
     buffer: RecordBatch<S::Output>,
@@ -153,18 +174,29 @@ impl<S: Source> SourceTask<S> {
 
     fn on_message(
         &mut self,
-        message: ReaderMessage<S::Split>,
+        message: ReaderMessage,
         env: &TaskEnvironment,
     ) -> Result<(), TaskError> {
         let reader = &mut self.reader;
         match message {
-            ReaderMessage::Assignment(SplitAssignment::AddSplits(splits)) => {
-                register_splits(&mut self.watermarks, &splits);
-                call_user(&self.name, || reader.add_splits(splits))?
-                    .map_err(|e| user_error(&self.name, e))
-            }
-            ReaderMessage::Assignment(SplitAssignment::NoMoreSplits) => {
-                call_user(&self.name, || reader.notify_no_more_splits())
+            ReaderMessage::Assignment(bytes) => {
+                let assignment: SplitAssignment<S::Split> = postcard::from_bytes(&bytes)
+                    .map_err(|e| {
+                        TaskError::Internal(format!(
+                            "`{}` cannot decode a split assignment from its coordinator: {e}",
+                            self.name
+                        ))
+                    })?;
+                match assignment {
+                    SplitAssignment::AddSplits(splits) => {
+                        register_splits(&mut self.watermarks, &splits);
+                        call_user(&self.name, || reader.add_splits(splits))?
+                            .map_err(|e| user_error(&self.name, e))
+                    }
+                    SplitAssignment::NoMoreSplits => {
+                        call_user(&self.name, || reader.notify_no_more_splits())
+                    }
+                }
             }
             ReaderMessage::Trigger(barrier) => self.checkpoint(barrier, env),
         }
@@ -464,7 +496,7 @@ struct SourceCoordinator<E: SplitEnumerator> {
     enumerator: E,
     context: SplitEnumeratorContext<E::Split>,
     inbox: Receiver<ReaderEvent>,
-    readers: Vec<Sender<ReaderMessage<E::Split>>>,
+    readers: Vec<Sender<ReaderMessage>>,
     cancel: CancelToken,
 }
 
@@ -482,8 +514,14 @@ impl<E: SplitEnumerator> SourceCoordinator<E> {
                     format!("enumerator assigned to reader {subtask}, which does not exist").into(),
                 )
             })?;
+            let bytes = postcard::to_allocvec(&assignment).map_err(|e| {
+                user_error(
+                    &self.name,
+                    format!("cannot serialize a split assignment: {e}").into(),
+                )
+            })?;
             // A reader that has already ended no longer needs its assignments.
-            let _ = reader.send(ReaderMessage::Assignment(assignment));
+            let _ = reader.send(ReaderMessage::Assignment(bytes));
         }
         Ok(())
     }
@@ -583,7 +621,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
         name: &str,
         cancel: CancelToken,
         restored: Option<&[u8]>,
-    ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<AnyBox>), BoxError> {
+    ) -> Result<(Box<dyn SourceCoordinatorRunner>, Vec<ReaderEndpoint>), BoxError> {
         let enumerator = match restored {
             Some(bytes) => {
                 let state = postcard::from_bytes(bytes)
@@ -594,14 +632,11 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
         };
         let (to_coordinator, inbox) = crossbeam_channel::unbounded();
         let mut readers = Vec::new();
-        let mut endpoints: Vec<AnyBox> = Vec::new();
+        let mut endpoints = Vec::new();
         for _ in 0..parallelism {
             let (tx, rx) = crossbeam_channel::unbounded();
             readers.push(tx);
-            endpoints.push(Box::new(ReaderEndpoint::<S::Split> {
-                to_coordinator: to_coordinator.clone(),
-                messages: rx,
-            }));
+            endpoints.push(ReaderEndpoint::new(to_coordinator.clone(), rx));
         }
         let coordinator = SourceCoordinator {
             node,
@@ -619,9 +654,8 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
         &self,
         setup: &OperatorSetup,
         chain: OperatorChain,
-        endpoint: AnyBox,
+        endpoint: ReaderEndpoint,
     ) -> Result<Box<dyn Invokable>, BoxError> {
-        let endpoint = downcast::<ReaderEndpoint<S::Split>>(endpoint, "reader endpoint")?;
         let restored_splits = match &setup.restored {
             Some(restored) => {
                 let mut splits = Vec::new();

@@ -58,7 +58,7 @@ impl TaskEnvironment {
 }
 
 /// A message from the job manager to a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TaskControl {
     /// A checkpoint completed or was aborted.
     Notify(CheckpointNotification),

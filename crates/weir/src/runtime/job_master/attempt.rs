@@ -13,13 +13,14 @@ use crate::error::{OperatorFailure, SubtaskDisplay, TaskError, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
 use crate::runtime::channel::{cancel_pair, CancelHandle};
-use crate::runtime::deployment::{deploy, DeployError, RestorePoint};
+use crate::runtime::deployment::{create_coordinators, DeployError, RestorePoint};
+use crate::runtime::network::frame::RunId;
+use crate::runtime::task_executors::{DeployedRun, ReaderEndpoints, RunRequest};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
-use crate::runtime::task::{run_task, TaskControl, TaskEnvironment, TaskEvent};
-use crate::runtime::transport::LocalTransport;
+use crate::runtime::task::{TaskControl, TaskEvent};
 
 /// How one run of the job's tasks ended.
 pub(super) enum AttemptEnd {
@@ -33,8 +34,10 @@ pub(super) enum AttemptEnd {
 
 /// The running tasks of one attempt and what the job manager tracks about them.
 pub(super) struct Attempt {
+    /// Cancels the source coordinators.
     pub(super) cancel: Option<CancelHandle>,
-    pub(super) task_controls: HashMap<SubtaskRef, Sender<TaskControl>>,
+    /// The run's tasks, wherever they run.
+    pub(super) run: Option<Box<dyn DeployedRun>>,
     pub(super) coordinator_controls: Vec<(NodeId, Sender<CoordinatorControl>)>,
     pub(super) names: HashMap<SubtaskRef, String>,
     pub(super) running: BTreeSet<SubtaskRef>,
@@ -68,6 +71,9 @@ impl Attempt {
     pub(super) fn cancel_tasks(&mut self) {
         self.stopping = true;
         drop(self.cancel.take());
+        if let Some(run) = self.run.as_mut() {
+            run.cancel();
+        }
     }
 
     /// Asks every task to stop after the messages already sent to it (stop-with-savepoint:
@@ -75,15 +81,15 @@ impl Attempt {
     /// its barrier).
     pub(super) fn stop_tasks(&mut self) {
         self.stopping = true;
-        for control in self.task_controls.values() {
-            let _ = control.send(TaskControl::Stop);
+        if let Some(run) = &self.run {
+            run.broadcast(TaskControl::Stop);
         }
     }
 
     pub(super) fn notify(&self, notification: CheckpointNotification) {
         // Tasks that have ended no longer listen; that is fine.
-        for control in self.task_controls.values() {
-            let _ = control.send(TaskControl::Notify(notification));
+        if let Some(run) = &self.run {
+            run.broadcast(TaskControl::Notify(notification));
         }
         for (_, control) in &self.coordinator_controls {
             let _ = control.send(CoordinatorControl::Notify(notification));
@@ -118,18 +124,11 @@ impl JobMaster {
         restore: Option<&RestorePoint>,
     ) -> Result<(Attempt, Receiver<TaskEvent>), DeployError> {
         let (cancel_handle, cancel) = cancel_pair();
-        let deployment = deploy(
-            &self.job,
-            &LocalTransport,
-            &cancel,
-            self.storage(),
-            restore,
-            &self.fencing,
-        )?;
+        let coordinators = create_coordinators(&self.job, &cancel, restore)?;
         let (events_tx, events) = crossbeam_channel::unbounded();
         let mut attempt = Attempt {
             cancel: Some(cancel_handle),
-            task_controls: HashMap::new(),
+            run: None,
             coordinator_controls: Vec::new(),
             names: HashMap::new(),
             running: BTreeSet::new(),
@@ -148,9 +147,39 @@ impl JobMaster {
             final_checkpoint: None,
             final_due: false,
         };
-        let spawn_error =
-            |what: String| move |source| DeployError::Other(WeirError::Spawn { what, source });
-        for (node, name, coordinator) in deployment.coordinators {
+        let mut readers = ReaderEndpoints::new();
+        let mut runners = Vec::new();
+        for c in coordinators {
+            readers.insert(c.node, c.readers.into_iter().map(Some).collect());
+            runners.push((c.node, c.name, c.runner));
+        }
+        self.runs += 1;
+        let run = self.executors.start_run(RunRequest {
+            job: &self.job,
+            run: RunId {
+                epoch: self.fencing.epoch(),
+                attempt: self.runs,
+            },
+            restore,
+            storage: self
+                .store
+                .as_ref()
+                .map(crate::checkpoint::completed_store::CompletedCheckpointStore::storage),
+            fencing: &self.fencing,
+            events: events_tx.clone(),
+            readers,
+        })?;
+        attempt.run = Some(run);
+        for ev in &self.job.plan.execution_graph.vertices {
+            attempt.names.insert(ev.id, ev.name.clone());
+            attempt.running.insert(ev.id);
+            if self.job.plan.job_graph.vertices[ev.id.vertex.index()].is_source {
+                attempt.source_tasks.insert(ev.id);
+            }
+        }
+        // The coordinators start once their readers exist, so that no assignment can be
+        // made for a reader that is never deployed.
+        for (node, name, coordinator) in runners {
             let (control_tx, control) = crossbeam_channel::unbounded();
             attempt.coordinator_controls.push((node, control_tx));
             let tx = events_tx.clone();
@@ -161,40 +190,12 @@ impl JobMaster {
                         let _ = tx.send(TaskEvent::CoordinatorFailed { node, error });
                     }
                 })
-                .map_err(spawn_error(format!("coordinator of {name}")));
-            match handle {
-                Ok(h) => attempt.threads.push(h),
-                Err(e) => {
-                    attempt.cancel_tasks();
-                    return Err(e);
-                }
-            }
-        }
-        let mode = self.job.config.checkpoint.mode;
-        let checkpointing = self.job.config.checkpoint.interval.is_some();
-        for (task, name, body) in deployment.tasks {
-            let (control_tx, control) = crossbeam_channel::unbounded();
-            attempt.task_controls.insert(task, control_tx);
-            attempt.names.insert(task, name.clone());
-            attempt.running.insert(task);
-            if self.job.plan.job_graph.vertices[task.vertex.index()].is_source {
-                attempt.source_tasks.insert(task);
-            }
-            let env = TaskEnvironment {
-                task,
-                task_name: name.clone(),
-                control,
-                events: events_tx.clone(),
-                storage: self.storage().cloned(),
-                mode,
-                checkpointing,
-                cancel: cancel.clone(),
-                snapshot_threads: std::cell::RefCell::new(Vec::new()),
-            };
-            let handle = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || run_task(body, env))
-                .map_err(spawn_error(name));
+                .map_err(|source| {
+                    DeployError::Other(WeirError::Spawn {
+                        what: format!("coordinator of {name}"),
+                        source,
+                    })
+                });
             match handle {
                 Ok(h) => attempt.threads.push(h),
                 Err(e) => {
@@ -247,8 +248,10 @@ impl JobMaster {
         }
         // Source coordinators serve until their attempt ends; release them, then join.
         attempt.coordinator_controls.clear();
-        attempt.task_controls.clear();
         attempt.cancel_tasks();
+        if let Some(run) = attempt.run.take() {
+            run.join();
+        }
         for thread in std::mem::take(&mut attempt.threads) {
             let _ = thread.join();
         }

@@ -37,6 +37,7 @@ use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary}
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::now_millis;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
+use crate::runtime::task_executors::TaskExecutors;
 use crate::time::Watermark;
 
 use attempt::AttemptEnd;
@@ -79,12 +80,20 @@ pub struct JobMaster {
     restored_from: Vec<u64>,
     /// Resuming a job that already ran to its end: there is nothing to do.
     already_finished: bool,
+    /// Where the tasks run.
+    executors: Box<dyn TaskExecutors>,
+    /// Runs started so far (the attempt number of the next run's [`RunId`]).
+    runs: u64,
 }
 
 impl JobMaster {
     /// Prepares `job`: takes its checkpoint storage (lock and epoch), decides where it
     /// starts and reads that restore point.
-    pub fn new(job: JobDefinition, commands: Receiver<JobCommand>) -> Result<Self, WeirError> {
+    pub fn new(
+        job: JobDefinition,
+        commands: Receiver<JobCommand>,
+        executors: Box<dyn TaskExecutors>,
+    ) -> Result<Self, WeirError> {
         let config = &job.config;
         let job_name = job.plan.stream_graph.job_name.clone();
         let committing_sinks = job.plan.stream_graph.committing_sinks();
@@ -111,6 +120,8 @@ impl JobMaster {
             savepoint_waiters: HashMap::new(),
             restored_from: Vec::new(),
             already_finished: false,
+            executors,
+            runs: 0,
             job,
         };
         if !needs_storage {

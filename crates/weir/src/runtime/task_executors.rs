@@ -1,0 +1,180 @@
+//! Where a job's tasks run. The JobManager asks its [`TaskExecutors`] to start each run
+//! (attempt) of the job and talks to the run's tasks only through the returned
+//! [`DeployedRun`] — by messages, never through shared memory — so that the same JobManager
+//! drives tasks on threads of this process ([`LocalTaskExecutors`], the mini-cluster) or
+//! on TaskManagers in other processes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+
+use crate::checkpoint::fencing::FencingToken;
+use crate::checkpoint::storage::CheckpointStorage;
+use crate::error::WeirError;
+use crate::graph::execution_graph::SubtaskRef;
+use crate::graph::ids::NodeId;
+use crate::runtime::channel::{cancel_pair, CancelHandle, CancelToken};
+use crate::runtime::deployment::{deploy_tasks, DeployError, DeployedTask, RestorePoint};
+use crate::runtime::job_definition::JobDefinition;
+use crate::runtime::network::frame::RunId;
+use crate::runtime::source_task::ReaderEndpoint;
+use crate::runtime::task::{run_task, TaskControl, TaskEnvironment, TaskEvent};
+use crate::runtime::transport::LocalTransport;
+
+/// The reader endpoints of every source, by source node and subtask; a deployment takes out
+/// those of the readers it creates.
+pub type ReaderEndpoints = HashMap<NodeId, Vec<Option<ReaderEndpoint>>>;
+
+/// What a run needs to start.
+pub struct RunRequest<'a> {
+    /// The job.
+    pub job: &'a JobDefinition,
+    /// Which run.
+    pub run: RunId,
+    /// The state to start from.
+    pub restore: Option<&'a RestorePoint>,
+    /// Where snapshots go.
+    pub storage: Option<&'a Arc<dyn CheckpointStorage>>,
+    /// The JobManager's fencing token.
+    pub fencing: &'a FencingToken,
+    /// Where the tasks report.
+    pub events: Sender<TaskEvent>,
+    /// The source readers' lines to their coordinators.
+    pub readers: ReaderEndpoints,
+}
+
+/// Starts runs of a job's tasks.
+pub trait TaskExecutors: Send {
+    /// Deploys and starts every task of a run. Returns once every task is deployed; an error
+    /// leaves nothing of the run running.
+    fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError>;
+}
+
+/// The JobManager's handle on a started run.
+pub trait DeployedRun: Send {
+    /// Sends `control` to every task of the run (those that have ended ignore it).
+    fn broadcast(&self, control: TaskControl);
+    /// Cancels every task of the run; idempotent.
+    fn cancel(&mut self);
+    /// Waits until every task of the run has ended (they have reported, or are cancelled).
+    fn join(self: Box<Self>);
+}
+
+/// Tasks on threads of this process: the TaskManager of the local mini-cluster.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalTaskExecutors;
+
+impl TaskExecutors for LocalTaskExecutors {
+    fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
+        let (handle, cancel) = cancel_pair();
+        let mut readers = request.readers;
+        let tasks = deploy_tasks(
+            request.job,
+            &LocalTransport,
+            &cancel,
+            request.storage,
+            request.restore,
+            request.fencing,
+            &mut readers,
+        )?;
+        let run = start_tasks(
+            tasks,
+            request.job,
+            request.storage.cloned(),
+            &request.events,
+            handle,
+            cancel,
+        )?;
+        Ok(Box::new(run))
+    }
+}
+
+/// Tasks of one run running on threads of this process.
+pub struct LocalRun {
+    cancel: Option<CancelHandle>,
+    controls: HashMap<SubtaskRef, Sender<TaskControl>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl LocalRun {
+    /// Sends `control` to `task`, if it runs here and has not ended.
+    pub fn send(&self, task: SubtaskRef, control: TaskControl) {
+        if let Some(tx) = self.controls.get(&task) {
+            let _ = tx.send(control);
+        }
+    }
+
+    /// Whether every task's thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.threads.iter().all(JoinHandle::is_finished)
+    }
+}
+
+impl DeployedRun for LocalRun {
+    fn broadcast(&self, control: TaskControl) {
+        for tx in self.controls.values() {
+            let _ = tx.send(control);
+        }
+    }
+
+    fn cancel(&mut self) {
+        drop(self.cancel.take());
+    }
+
+    fn join(mut self: Box<Self>) {
+        // Tasks that wait for messages must see the line close.
+        self.controls.clear();
+        for thread in std::mem::take(&mut self.threads) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for LocalRun {
+    fn drop(&mut self) {
+        // A run dropped without being joined is cancelled, never left running.
+        self.cancel();
+    }
+}
+
+/// Starts `tasks` on their own threads, reporting to `events`; `handle` cancels them. On an
+/// error the tasks already started are cancelled.
+pub fn start_tasks(
+    tasks: Vec<DeployedTask>,
+    job: &JobDefinition,
+    storage: Option<Arc<dyn CheckpointStorage>>,
+    events: &Sender<TaskEvent>,
+    handle: CancelHandle,
+    cancel: CancelToken,
+) -> Result<LocalRun, WeirError> {
+    let mut run = LocalRun {
+        cancel: Some(handle),
+        controls: HashMap::new(),
+        threads: Vec::new(),
+    };
+    let mode = job.config.checkpoint.mode;
+    let checkpointing = job.config.checkpoint.interval.is_some();
+    for (task, name, body) in tasks {
+        let (control_tx, control) = crossbeam_channel::unbounded();
+        run.controls.insert(task, control_tx);
+        let env = TaskEnvironment {
+            task,
+            task_name: name.clone(),
+            control,
+            events: events.clone(),
+            storage: storage.clone(),
+            mode,
+            checkpointing,
+            cancel: cancel.clone(),
+            snapshot_threads: std::cell::RefCell::new(Vec::new()),
+        };
+        let thread = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || run_task(body, env))
+            .map_err(|source| WeirError::Spawn { what: name, source })?;
+        run.threads.push(thread);
+    }
+    Ok(run)
+}
