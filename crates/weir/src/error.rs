@@ -212,6 +212,23 @@ pub enum TaskError {
         /// Why, as far as this side knows.
         reason: String,
     },
+    /// A task in another process failed; this is what it reported.
+    #[error("{message}")]
+    Remote {
+        /// The error, rendered where it happened.
+        message: String,
+        /// Whether it was only a consequence of another failure.
+        secondary: bool,
+    },
+    /// The TaskManager running the task was lost: its process died, its connection broke, or
+    /// it stopped answering heartbeats.
+    #[error("TaskManager `{taskmanager}` was lost: {reason}")]
+    TaskManagerLost {
+        /// The TaskManager's id.
+        taskmanager: String,
+        /// How it was lost.
+        reason: String,
+    },
     /// A peer task went away without ending its stream: it failed or was cancelled.
     #[error("channel to {peer} closed unexpectedly")]
     ChannelClosed {
@@ -235,6 +252,7 @@ impl TaskError {
     pub fn is_secondary(&self) -> bool {
         match self {
             TaskError::Cancelled | TaskError::ChannelClosed { .. } => true,
+            TaskError::Remote { secondary, .. } => *secondary,
             TaskError::Operator { cause, .. } => cause.is_secondary(),
             _ => false,
         }
@@ -335,6 +353,10 @@ pub enum WeirError {
     /// The job was asked for something it cannot do now.
     #[error("{0}")]
     InvalidRequest(String),
+    /// Cluster mode failed (a TaskManager or the JobManager could not be reached, a setting
+    /// cannot work); the error names the setting or the peer.
+    #[error(transparent)]
+    Cluster(BoxError),
     /// A runtime thread could not be started.
     #[error("cannot start thread for {what}: {source}")]
     Spawn {

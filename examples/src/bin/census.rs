@@ -60,6 +60,12 @@ struct Args {
     /// continues from the savepoint.
     #[arg(long, default_value_t = 0)]
     stop_after_rows: u64,
+    /// Cluster mode: run this process as the JobManager or a TaskManager of the job (see
+    /// `--role`). Every process of a cluster is started with the same job options; none of
+    /// them clears the work directory, and a JobManager resumes the job from its newest
+    /// checkpoint there.
+    #[command(flatten)]
+    cluster: weir_cluster::ClusterArgs,
 }
 
 /// Errors print as one line with their causes, never with a backtrace.
@@ -95,7 +101,8 @@ fn run() -> Result<()> {
     options.stop_after_rows = (args.stop_after_rows > 0).then_some(args.stop_after_rows);
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
-    if !args.resume {
+    let role = args.cluster.role;
+    if !args.resume && role.is_none() {
         for dir in [&options.output, &options.checkpoints, &local_recovery] {
             if dir.exists() {
                 std::fs::remove_dir_all(dir)
@@ -105,10 +112,15 @@ fn run() -> Result<()> {
     }
 
     let (env, rows_read) = census::build_with_progress(&options)?;
-    if !args.quiet {
+    weir_cluster::apply(&args.cluster, &env)?;
+    if !args.quiet && role != Some(weir_cluster::Role::Taskmanager) {
         println!("{}", env.explain(census::JOB_NAME)?);
     }
     let result = census::execute(&env, &options, &rows_read)?;
+    if role == Some(weir_cluster::Role::Taskmanager) {
+        println!("TaskManager: job `{}` {:?}", result.job_name, result.status);
+        return Ok(());
+    }
     if let Some(savepoint) = &result.savepoint {
         println!(
             "Stopped with savepoint {savepoint} after {} rows; `--resume` continues from it.",

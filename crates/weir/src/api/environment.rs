@@ -15,7 +15,7 @@ use crate::graph::explain::ExecutionPlan;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::Record;
 use crate::runtime::job_result::JobExecutionResult;
-use crate::runtime::mini_cluster::{JobClient, MiniCluster};
+use crate::runtime::mini_cluster::{JobClient, MiniCluster, PipelineExecutor};
 use crate::runtime::operator_factory::NodeFactory;
 use crate::runtime::source_task::SourceOperatorFactory;
 use crate::runtime::stream_type::TypeOf;
@@ -41,6 +41,8 @@ use crate::time::WatermarkStrategy;
 /// ```
 pub struct StreamExecutionEnvironment {
     builder: Rc<RefCell<GraphBuilder>>,
+    /// Where `execute` runs the job; `None`: the local mini-cluster.
+    executor: RefCell<Option<Rc<dyn PipelineExecutor>>>,
 }
 
 impl StreamExecutionEnvironment {
@@ -49,6 +51,7 @@ impl StreamExecutionEnvironment {
         config.validate()?;
         Ok(Self {
             builder: Rc::new(RefCell::new(GraphBuilder::new(config))),
+            executor: RefCell::new(None),
         })
     }
 
@@ -56,6 +59,7 @@ impl StreamExecutionEnvironment {
     pub fn local() -> Self {
         Self {
             builder: Rc::new(RefCell::new(GraphBuilder::new(ExecutionConfig::default()))),
+            executor: RefCell::new(None),
         }
     }
 
@@ -148,14 +152,34 @@ impl StreamExecutionEnvironment {
     /// Runs the job to its end (bounded sources) or until it fails. Returns per-operator
     /// record counts and the wall time, or the first failure with the operator and subtask
     /// it happened in.
+    ///
+    /// With an executor set ([`set_executor`](Self::set_executor)), the executor runs it: in
+    /// cluster mode this process then plays its role (JobManager or TaskManager) in the job.
     pub fn execute(&self, job_name: &str) -> Result<JobExecutionResult, WeirError> {
-        self.execute_async(job_name)?.wait()
+        let executor = self.executor.borrow().clone();
+        match executor {
+            Some(executor) => {
+                let definition = self.builder.borrow_mut().take_definition(job_name)?;
+                executor.execute(definition)
+            }
+            None => self.execute_async(job_name)?.wait(),
+        }
     }
 
     /// Starts the job and returns at once with its client, through which savepoints are
     /// taken, the job is stopped or cancelled, and checkpoint statistics are read.
     pub fn execute_async(&self, job_name: &str) -> Result<JobClient, WeirError> {
         let definition = self.builder.borrow_mut().take_definition(job_name)?;
-        MiniCluster::submit(definition)
+        let executor = self.executor.borrow().clone();
+        match executor {
+            Some(executor) => executor.submit(definition),
+            None => MiniCluster::submit(definition),
+        }
+    }
+
+    /// Runs the jobs of this environment with `executor` instead of the local mini-cluster
+    /// (Flink's `PipelineExecutor`); cluster mode sets it from its role flags.
+    pub fn set_executor(&self, executor: impl PipelineExecutor + 'static) {
+        *self.executor.borrow_mut() = Some(Rc::new(executor));
     }
 }

@@ -141,6 +141,11 @@ impl FencingToken {
         }
     }
 
+    /// Who holds the job at this epoch (a process description).
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
     /// The epoch: grows every time a process takes the job. Sinks put it into the names of
     /// their transactions, so that every transaction tells which process wrote it.
     pub fn epoch(&self) -> u64 {

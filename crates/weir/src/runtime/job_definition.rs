@@ -34,4 +34,22 @@ impl JobDefinition {
             .and_then(Option::as_ref)
             .unwrap_or(&self.output_types[source.index()])
     }
+
+    /// A fingerprint of the job's graph: its four layers and the record type of every edge.
+    /// Processes of one cluster build the job from the same code; a TaskManager whose
+    /// fingerprint differs from its JobManager's was built from other code and is refused.
+    /// Checkpoint settings that do not change the graph are left out, so that, say, a
+    /// different checkpoint interval does not matter.
+    pub fn fingerprint(&self) -> u64 {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        // The plan serializes deterministically (vectors and ordered maps only).
+        match serde_json::to_vec(&self.plan) {
+            Ok(bytes) => hasher.update(&bytes),
+            Err(e) => hasher.update(e.to_string().as_bytes()),
+        }
+        for edge in &self.plan.stream_graph.edges {
+            hasher.update(self.edge_type(edge.id).type_name().as_bytes());
+        }
+        hasher.digest()
+    }
 }

@@ -1,5 +1,8 @@
 //! Local mode: the job manager and the task managers in one process, one thread per subtask,
 //! talking through the same channels and messages that would cross processes in a cluster.
+//!
+//! A job can also run elsewhere: a [`PipelineExecutor`] set on the environment (cluster mode)
+//! decides how `execute` runs it.
 
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -13,7 +16,25 @@ use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_master::{JobCommand, JobMaster};
 use crate::runtime::job_result::JobExecutionResult;
 use crate::runtime::stream_element::StopMode;
-use crate::runtime::task_executors::LocalTaskExecutors;
+use crate::runtime::task_executors::{LocalTaskExecutors, TaskExecutors};
+
+/// Runs a job somewhere other than the local mini-cluster (Flink's `PipelineExecutor`): set
+/// with [`StreamExecutionEnvironment::set_executor`](crate::StreamExecutionEnvironment::set_executor),
+/// for instance by the cluster mode's role flags. Every process of a cluster builds the same
+/// job from the same code; the executor decides what this process does with it.
+pub trait PipelineExecutor {
+    /// Runs `job` to its end and returns its result.
+    fn execute(&self, job: JobDefinition) -> Result<JobExecutionResult, WeirError>;
+
+    /// Starts `job` and returns its client, if this executor runs the job's JobManager here.
+    fn submit(&self, job: JobDefinition) -> Result<JobClient, WeirError> {
+        let _ = job;
+        Err(WeirError::InvalidRequest(
+            "this process does not run the job's JobManager, so it has no job client; use `execute`"
+                .into(),
+        ))
+    }
+}
 
 /// Runs jobs in this process.
 pub struct MiniCluster;
@@ -21,9 +42,18 @@ pub struct MiniCluster;
 impl MiniCluster {
     /// Starts `job` on its own job manager thread and returns its client.
     pub fn submit(job: JobDefinition) -> Result<JobClient, WeirError> {
+        Self::submit_with(job, Box::new(LocalTaskExecutors))
+    }
+
+    /// Starts `job` on its own job manager thread, its tasks running on `executors` (for a
+    /// JobManager process, its TaskManagers), and returns its client.
+    pub fn submit_with(
+        job: JobDefinition,
+        executors: Box<dyn TaskExecutors>,
+    ) -> Result<JobClient, WeirError> {
         let job_name = job.plan.stream_graph.job_name.clone();
         let (commands, inbox) = crossbeam_channel::unbounded();
-        let master = JobMaster::new(job, inbox, Box::new(LocalTaskExecutors))?;
+        let master = JobMaster::new(job, inbox, executors)?;
         let handle = std::thread::Builder::new()
             .name(format!("jobmanager {job_name}"))
             .spawn(move || master.run())
@@ -114,8 +144,22 @@ impl JobClient {
     }
 
     fn stop(&self, mode: StopMode) -> Result<(Savepoint, JobExecutionResult), WeirError> {
-        let path = self.request(|reply| JobCommand::StopWithSavepoint(mode, reply))??;
+        let path = self.request_stop(mode)?;
         Ok((path, self.wait()?))
+    }
+
+    /// Stops the job with a savepoint (as [`stop_with_savepoint`](Self::stop_with_savepoint),
+    /// with drain or not) and returns the savepoint without waiting for the job's end; its
+    /// result goes to whoever [`wait`](Self::wait)s for it.
+    pub fn request_stop(&self, mode: StopMode) -> Result<Savepoint, WeirError> {
+        self.request(|reply| JobCommand::StopWithSavepoint(mode, reply))?
+    }
+
+    /// Asks the job to cancel without waiting for its end; its result goes to whoever
+    /// [`wait`](Self::wait)s for it.
+    pub fn request_cancel(&self) {
+        // If the job already ended there is nothing to cancel.
+        let _ = self.commands.send(JobCommand::Cancel);
     }
 
     /// Cancels the job and returns its result (status `Cancelled`).

@@ -180,8 +180,8 @@ impl<S: Source> SourceTask<S> {
         let reader = &mut self.reader;
         match message {
             ReaderMessage::Assignment(bytes) => {
-                let assignment: SplitAssignment<S::Split> = postcard::from_bytes(&bytes)
-                    .map_err(|e| {
+                let assignment: SplitAssignment<S::Split> =
+                    postcard::from_bytes(&bytes).map_err(|e| {
                         TaskError::Internal(format!(
                             "`{}` cannot decode a split assignment from its coordinator: {e}",
                             self.name

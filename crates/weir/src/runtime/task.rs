@@ -181,6 +181,15 @@ pub enum TaskEvent {
         /// Which subtask.
         task: SubtaskRef,
     },
+    /// Tasks that will never report again: the TaskManager running them was lost.
+    Lost {
+        /// The tasks.
+        tasks: Vec<SubtaskRef>,
+        /// The TaskManager.
+        taskmanager: String,
+        /// How it was lost.
+        reason: String,
+    },
 }
 
 /// Runs `body` to its end and reports the outcome; a panic escaping the body (a bug outside

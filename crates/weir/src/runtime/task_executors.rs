@@ -47,6 +47,12 @@ pub struct RunRequest<'a> {
 
 /// Starts runs of a job's tasks.
 pub trait TaskExecutors: Send {
+    /// The JobManager holds the job at `epoch` (its fencing token), known before any run
+    /// starts; executors that talk to other processes stamp their messages with it.
+    fn on_job_epoch(&mut self, epoch: u64) {
+        let _ = epoch;
+    }
+
     /// Deploys and starts every task of a run. Returns once every task is deployed; an error
     /// leaves nothing of the run running.
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError>;

@@ -15,12 +15,12 @@ use crate::graph::ids::NodeId;
 use crate::runtime::channel::{cancel_pair, CancelHandle};
 use crate::runtime::deployment::{create_coordinators, DeployError, RestorePoint};
 use crate::runtime::network::frame::RunId;
-use crate::runtime::task_executors::{DeployedRun, ReaderEndpoints, RunRequest};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task::{TaskControl, TaskEvent};
+use crate::runtime::task_executors::{DeployedRun, ReaderEndpoints, RunRequest};
 
 /// How one run of the job's tasks ended.
 pub(super) enum AttemptEnd {
@@ -361,6 +361,22 @@ impl JobMaster {
                     !subsumed,
                     attempt,
                 );
+            }
+            TaskEvent::Lost {
+                tasks,
+                taskmanager,
+                reason,
+            } => {
+                for task in tasks {
+                    if attempt.running.remove(&task) {
+                        let name = attempt.names.get(&task).cloned().unwrap_or_default();
+                        let error = TaskError::TaskManagerLost {
+                            taskmanager: taskmanager.clone(),
+                            reason: reason.clone(),
+                        };
+                        self.record_failure(attempt, name, task, error);
+                    }
+                }
             }
             TaskEvent::EndOfInput { task } => {
                 attempt.sources_at_end.insert(task);

@@ -228,6 +228,8 @@ impl JobMaster {
             .max(restored_id + 1);
         master.coordinator =
             CheckpointCoordinator::new(config.checkpoint.clone(), first_id, Instant::now());
+        let epoch = master.fencing.epoch();
+        master.executors.on_job_epoch(epoch);
         Ok(master)
     }
 

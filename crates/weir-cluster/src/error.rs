@@ -1,0 +1,83 @@
+//! What can go wrong in cluster mode.
+
+use weir::WeirError;
+
+/// A cluster-mode failure, naming the setting or the peer involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A setting has a value that cannot work.
+    #[error("invalid setting `{setting}` = `{value}`: {reason}")]
+    InvalidSetting {
+        /// The setting (command-line flag and environment variable).
+        setting: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it cannot work.
+        reason: String,
+    },
+    /// A socket could not be bound.
+    #[error("cannot listen on {address} ({setting}): {source}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// The setting that chose it.
+        setting: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JobManager could not be reached within the registration timeout.
+    #[error(
+        "cannot reach the JobManager at {address} (--jobmanager-address / WEIR_JOBMANAGER_ADDRESS) within {timeout:?}: {reason}"
+    )]
+    Unreachable {
+        /// The address tried.
+        address: String,
+        /// How long it was tried.
+        timeout: std::time::Duration,
+        /// The last error.
+        reason: String,
+    },
+    /// The JobManager refused this TaskManager.
+    #[error("the JobManager at {address} refused this TaskManager: {reason}")]
+    Refused {
+        /// The JobManager's address.
+        address: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// The data plane failed.
+    #[error(transparent)]
+    Network(#[from] weir::runtime::network::NetworkError),
+    /// The engine failed.
+    #[error(transparent)]
+    Weir(#[from] WeirError),
+    /// A gRPC call failed.
+    #[error("{what}: {status}")]
+    Rpc {
+        /// Which call.
+        what: String,
+        /// The status.
+        status: Box<tonic::Status>,
+    },
+    /// A message could not be encoded or decoded.
+    #[error("control message {what}: {reason}")]
+    Codec {
+        /// Which message.
+        what: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// An internal error (a thread could not start, a runtime could not be built).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<ClusterError> for WeirError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::Weir(e) => e,
+            other => WeirError::Cluster(Box::new(other)),
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! The TaskManager process: registers with the JobManager, offers its slots, runs the parts
+//! of each run the JobManager deploys here, and reconnects by itself when the JobManager is
+//! lost or restarted.
+
+mod run;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use weir::checkpoint::config::CheckpointStorageConfig;
+use weir::checkpoint::storage::{create_storage, CheckpointStorage};
+use weir::graph::ids::NodeId;
+use weir::runtime::job_definition::JobDefinition;
+use weir::runtime::network::environment::{NetworkConfig, NetworkEnvironment};
+use weir::runtime::network::frame::RunId;
+use weir::runtime::source_task::ReaderMessage;
+use weir::runtime::task::TaskControl;
+use weir::{JobExecutionResult, JobStatus, WeirError};
+
+use crate::config::ClusterConfig;
+use crate::convert::{decode, run_of};
+use crate::error::ClusterError;
+use crate::proto;
+use crate::proto::job_manager_message::Body as In;
+use crate::proto::job_manager_service_client::JobManagerServiceClient;
+use crate::proto::task_manager_message::Body as Out;
+use run::{DeployContext, TaskManagerRun};
+
+/// How a session with the JobManager ended.
+enum SessionEnd {
+    /// The job ended: its status and error.
+    JobEnded(String, String),
+    /// The JobManager refused this TaskManager.
+    Refused(String),
+    /// The session was lost (the JobManager died, the network broke, heartbeats stopped).
+    Lost(String),
+}
+
+/// What the TaskManager process keeps across sessions.
+struct TaskManager {
+    config: ClusterConfig,
+    /// Behind a lock: the job's factories are `Send` but not `Sync`, and deployments run on a
+    /// blocking thread, one at a time.
+    job: Arc<std::sync::Mutex<JobDefinition>>,
+    fingerprint: u64,
+    network: Arc<NetworkEnvironment>,
+    storage: Option<Arc<dyn CheckpointStorage>>,
+    data_address: SocketAddr,
+    /// The newest JobManager epoch seen: messages from older ones are stale.
+    epoch: u64,
+    run: Option<TaskManagerRun>,
+}
+
+/// Runs as a TaskManager of `job`'s cluster until the JobManager says the job ended;
+/// returns the job's status as the JobManager reported it.
+pub fn run_taskmanager(
+    config: &ClusterConfig,
+    job: JobDefinition,
+) -> Result<JobExecutionResult, ClusterError> {
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("taskmanager-rpc")
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
+    let network = NetworkEnvironment::bind(
+        config.taskmanager_id.clone(),
+        config.data_bind,
+        job.fingerprint(),
+        NetworkConfig::default(),
+    )?;
+    let bound = network.address();
+    let data_address = match &config.advertised_host {
+        Some(host) => format!("{host}:{}", bound.port())
+            .parse::<SocketAddr>()
+            .or_else(|_| {
+                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), bound.port()))
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or(())
+            })
+            .map_err(|()| ClusterError::InvalidSetting {
+                setting: "--advertised-host / WEIR_ADVERTISED_HOST",
+                value: host.clone(),
+                reason: "does not resolve to an address".into(),
+            })?,
+        None if bound.ip().is_unspecified() => {
+            return Err(ClusterError::InvalidSetting {
+                setting: "--advertised-host / WEIR_ADVERTISED_HOST",
+                value: String::new(),
+                reason: format!(
+                    "the data port is bound to {bound}, which peers cannot dial: name the host they should use"
+                ),
+            })
+        }
+        None => bound,
+    };
+    let storage = match &job.config.checkpoint.storage {
+        CheckpointStorageConfig::Memory => None,
+        storage => Some(
+            create_storage(
+                storage,
+                job.config.checkpoint.local_recovery.as_deref(),
+                &job.plan.stream_graph.job_name,
+            )
+            .map_err(|e| ClusterError::Weir(WeirError::from(e)))?,
+        ),
+    };
+    let job_name = job.plan.stream_graph.job_name.clone();
+    let mut taskmanager = TaskManager {
+        config: config.clone(),
+        fingerprint: job.fingerprint(),
+        job: Arc::new(std::sync::Mutex::new(job)),
+        network: Arc::new(network),
+        storage,
+        data_address,
+        epoch: 0,
+        run: None,
+    };
+    tracing::info!(id = %config.taskmanager_id, data = %data_address, jobmanager = %config.jobmanager_address, "TaskManager starting");
+    let (status, error) = runtime.block_on(taskmanager.serve())?;
+    if let Some(run) = taskmanager.run.take() {
+        run.cancel("the job ended");
+    }
+    let status = match status.as_str() {
+        "FINISHED" => JobStatus::Finished,
+        "STOPPED" => JobStatus::Stopped,
+        "CANCELLED" => JobStatus::Cancelled,
+        _ => {
+            return Err(ClusterError::Weir(WeirError::InvalidRequest(format!(
+                "the job failed (as reported by the JobManager): {error}"
+            ))))
+        }
+    };
+    Ok(JobExecutionResult {
+        job_name,
+        status,
+        wall_time: started.elapsed(),
+        operators: Vec::new(),
+        subtasks: Vec::new(),
+        restarts: 0,
+        restored_from: Vec::new(),
+        checkpoints: Default::default(),
+        savepoint: None,
+    })
+}
+
+impl TaskManager {
+    /// Keeps a session with the JobManager, reconnecting when it is lost, until the job
+    /// ends; fails if the JobManager refuses this TaskManager or stays unreachable for the
+    /// registration timeout.
+    async fn serve(&mut self) -> Result<(String, String), ClusterError> {
+        let mut unreachable_since = Instant::now();
+        loop {
+            let end = self.session(&mut unreachable_since).await;
+            // Whatever ended the session, the run's tasks cannot report any more.
+            if let Some(run) = self.run.take() {
+                run.cancel("the session with the JobManager ended");
+            }
+            match end {
+                SessionEnd::JobEnded(status, error) => return Ok((status, error)),
+                SessionEnd::Refused(reason) => {
+                    return Err(ClusterError::Refused {
+                        address: self.config.jobmanager_address.clone(),
+                        reason,
+                    })
+                }
+                SessionEnd::Lost(reason) => {
+                    if unreachable_since.elapsed() > self.config.registration_timeout {
+                        return Err(ClusterError::Unreachable {
+                            address: self.config.jobmanager_address.clone(),
+                            timeout: self.config.registration_timeout,
+                            reason,
+                        });
+                    }
+                    tracing::info!(%reason, "no session with the JobManager; reconnecting");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// One session: registration, then messages until it ends. `unreachable_since` is reset
+    /// once registered.
+    async fn session(&mut self, unreachable_since: &mut Instant) -> SessionEnd {
+        let endpoint = format!("http://{}", self.config.jobmanager_address);
+        let channel = match tonic::transport::Endpoint::from_shared(endpoint.clone()) {
+            Ok(e) => e.connect_timeout(Duration::from_secs(2)),
+            Err(e) => {
+                return SessionEnd::Refused(format!("bad JobManager address `{endpoint}`: {e}"))
+            }
+        };
+        let channel = match channel.connect().await {
+            Ok(channel) => channel,
+            Err(e) => return SessionEnd::Lost(format!("cannot connect: {e}")),
+        };
+        let mut client = JobManagerServiceClient::new(channel);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let register = proto::TaskManagerMessage {
+            epoch: 0,
+            body: Some(Out::Register(proto::Register {
+                taskmanager_id: self.config.taskmanager_id.clone(),
+                job_fingerprint: self.fingerprint,
+                slots: self.config.slots,
+                data_address: self.data_address.to_string(),
+            })),
+        };
+        let _ = tx.send(register);
+        let mut inbound = match client.session(UnboundedReceiverStream::new(rx)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                return SessionEnd::Lost(format!("cannot open a session: {}", status.message()))
+            }
+        };
+        let heartbeat_timeout = match inbound.message().await {
+            Ok(Some(proto::JobManagerMessage {
+                body: Some(In::Registered(registered)),
+                epoch,
+            })) => {
+                self.epoch = self.epoch.max(epoch);
+                Duration::from_millis(registered.heartbeat_timeout_millis.max(1))
+            }
+            Ok(Some(proto::JobManagerMessage {
+                body: Some(In::Refused(refused)),
+                ..
+            })) => return SessionEnd::Refused(refused.reason),
+            Ok(_) => return SessionEnd::Lost("the JobManager closed the session at once".into()),
+            Err(status) => {
+                return SessionEnd::Lost(format!("registration failed: {}", status.message()))
+            }
+        };
+        tracing::info!(jobmanager = %self.config.jobmanager_address, epoch = self.epoch, "registered with the JobManager");
+        *unreachable_since = Instant::now();
+        let heartbeats = {
+            let tx = tx.clone();
+            let interval = self.config.heartbeat_interval;
+            let epoch = self.epoch;
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                loop {
+                    tick.tick().await;
+                    let beat = proto::TaskManagerMessage {
+                        epoch,
+                        body: Some(Out::Heartbeat(proto::Heartbeat {
+                            sent_at_millis: weir::runtime::snapshot::now_millis(),
+                        })),
+                    };
+                    if tx.send(beat).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let end = loop {
+            let next = tokio::time::timeout(heartbeat_timeout, inbound.message()).await;
+            let message = match next {
+                Err(_) => {
+                    break SessionEnd::Lost(format!(
+                        "no message from the JobManager for {} ms",
+                        heartbeat_timeout.as_millis()
+                    ))
+                }
+                Ok(Err(status)) => {
+                    break SessionEnd::Lost(format!("the session broke: {}", status.message()))
+                }
+                Ok(Ok(None)) => break SessionEnd::Lost("the JobManager ended the session".into()),
+                Ok(Ok(Some(message))) => message,
+            };
+            if message.epoch < self.epoch {
+                tracing::debug!(
+                    epoch = message.epoch,
+                    current = self.epoch,
+                    "message of an older JobManager ignored"
+                );
+                continue;
+            }
+            self.epoch = message.epoch;
+            if let Some(end) = self.on_message(message, &tx).await {
+                break end;
+            }
+        };
+        heartbeats.abort();
+        end
+    }
+
+    /// Handles one message; `Some` ends the session.
+    async fn on_message(
+        &mut self,
+        message: proto::JobManagerMessage,
+        tx: &mpsc::UnboundedSender<proto::TaskManagerMessage>,
+    ) -> Option<SessionEnd> {
+        let body = message.body?;
+        match body {
+            In::Registered(_) | In::Heartbeat(_) => {}
+            In::Refused(refused) => return Some(SessionEnd::Refused(refused.reason)),
+            In::JobEnded(ended) => return Some(SessionEnd::JobEnded(ended.status, ended.error)),
+            In::Deploy(deploy) => {
+                if let Some(old) = self.run.take() {
+                    old.cancel("a new run replaces it");
+                }
+                let run_id = deploy.run.map(RunId::from);
+                let context = (
+                    self.job.clone(),
+                    self.network.clone(),
+                    self.storage.clone(),
+                    self.epoch,
+                    tx.clone(),
+                );
+                let outcome = tokio::task::spawn_blocking(move || {
+                    let (job, network, storage, epoch, outbound) = context;
+                    let job = job.lock().unwrap_or_else(|p| p.into_inner());
+                    TaskManagerRun::deploy(
+                        DeployContext {
+                            job: &job,
+                            network: &network,
+                            storage: storage.as_ref(),
+                            epoch,
+                            outbound,
+                        },
+                        deploy,
+                    )
+                })
+                .await
+                .unwrap_or_else(|e| Err((format!("the deployment panicked: {e}"), false)));
+                let (error, corrupt_state) = match outcome {
+                    Ok(run) => {
+                        self.run = Some(run);
+                        (String::new(), false)
+                    }
+                    Err((error, corrupt)) => {
+                        tracing::warn!(%error, "deployment failed");
+                        (error, corrupt)
+                    }
+                };
+                let _ = tx.send(proto::TaskManagerMessage {
+                    epoch: self.epoch,
+                    body: Some(Out::Deployed(proto::Deployed {
+                        run: run_id.map(Into::into),
+                        error,
+                        corrupt_state,
+                    })),
+                });
+            }
+            In::Cancel(cancel) => {
+                let run = run_of(cancel.run, "cancel").ok();
+                if self.run.as_ref().map(|r| r.run) == run {
+                    if let Some(current) = self.run.take() {
+                        current.cancel("the JobManager cancelled the run");
+                    }
+                }
+            }
+            In::Control(control) => {
+                let run = run_of(control.run, "control").ok();
+                match (
+                    self.run.as_ref(),
+                    decode::<TaskControl>("task control", &control.control),
+                ) {
+                    (Some(current), Ok(c)) if Some(current.run) == run => current.control(c),
+                    (_, Err(e)) => tracing::warn!(error = %e, "undecodable task control"),
+                    _ => {}
+                }
+            }
+            In::ReaderMessage(m) => {
+                let run = run_of(m.run, "reader message").ok();
+                match (
+                    self.run.as_ref(),
+                    decode::<ReaderMessage>("reader message", &m.message),
+                ) {
+                    (Some(current), Ok(message)) if Some(current.run) == run => {
+                        current.reader_message(NodeId(m.source_node), m.subtask, message)
+                    }
+                    (_, Err(e)) => tracing::warn!(error = %e, "undecodable reader message"),
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+}
