@@ -1,11 +1,13 @@
 //! Test support shared by Weir's crates: seeds that can be replayed, a small deterministic
 //! random generator, the pieces of the process-kill tests (wait for a child process,
 //! SIGKILL it after a delay or after a checkpoint completed), and deterministic crash points
-//! ([`crash_points`]: kill or stop a process at its N-th durable file operation).
+//! ([`crash_points`]: kill or stop a process at its N-th durable file operation), and a
+//! cluster of real JobManager and TaskManager processes on 127.0.0.1 ([`local_cluster`]).
 
 #![warn(missing_docs)]
 
 pub mod crash_points;
+pub mod local_cluster;
 pub mod recovery_scenarios;
 
 use std::path::Path;

@@ -264,6 +264,7 @@ fn on_message(
     let mut state = shared.lock();
     if !state.registry.heartbeat(session, Instant::now()) {
         state.stale_messages += 1;
+        tracing::info!(taskmanager = %id, session, "message of a stale session rejected; the session is closed");
         return false;
     }
     if message.epoch != 0 && message.epoch != state.epoch {

@@ -1,0 +1,246 @@
+//! A cluster of real processes on 127.0.0.1 for tests: one JobManager and N TaskManagers,
+//! each a process of the same job binary started with the same job arguments and its role
+//! flags, with its output captured in files. Processes can be SIGKILLed, restarted,
+//! SIGSTOPped and continued; whatever is still running when the cluster is dropped is
+//! killed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+/// The processes of one test cluster.
+pub struct LocalCluster {
+    binary: PathBuf,
+    job_args: Vec<String>,
+    cluster_args: Vec<String>,
+    logs: PathBuf,
+    /// The JobManager's RPC address.
+    pub jobmanager_address: String,
+    jobmanager: Option<Child>,
+    jobmanager_starts: u32,
+    taskmanagers: BTreeMap<String, Child>,
+    taskmanager_starts: BTreeMap<String, u32>,
+}
+
+impl LocalCluster {
+    /// A cluster of `binary` run with `job_args`, logging into `logs`. The heartbeat
+    /// settings are short (200 ms, lost after 2 s) so that failures are detected quickly.
+    pub fn new(binary: impl Into<PathBuf>, job_args: &[&str], logs: &Path) -> Self {
+        let jobmanager_address = format!("127.0.0.1:{}", free_port());
+        std::fs::create_dir_all(logs).expect("cannot create the log directory");
+        Self {
+            binary: binary.into(),
+            job_args: job_args.iter().map(|s| s.to_string()).collect(),
+            cluster_args: vec![
+                "--jobmanager-address".into(),
+                jobmanager_address.clone(),
+                "--heartbeat-interval-ms".into(),
+                "200".into(),
+                "--heartbeat-timeout-ms".into(),
+                "2000".into(),
+                "--registration-timeout-ms".into(),
+                "60000".into(),
+                "--slot-timeout-ms".into(),
+                "60000".into(),
+            ],
+            logs: logs.to_path_buf(),
+            jobmanager_address,
+            jobmanager: None,
+            jobmanager_starts: 0,
+            taskmanagers: BTreeMap::new(),
+            taskmanager_starts: BTreeMap::new(),
+        }
+    }
+
+    /// Adds `args` to every process started from now on.
+    pub fn with_cluster_args(mut self, args: &[&str]) -> Self {
+        self.cluster_args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    fn spawn(&self, role_args: &[String], log: &str) -> Child {
+        let out = std::fs::File::create(self.logs.join(format!("{log}.out")))
+            .expect("cannot create a log file");
+        let err = std::fs::File::create(self.logs.join(format!("{log}.err")))
+            .expect("cannot create a log file");
+        Command::new(&self.binary)
+            .args(&self.job_args)
+            .args(&self.cluster_args)
+            .args(role_args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "weir=info,weir_cluster=info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()))
+    }
+
+    /// Starts the JobManager (again, after a kill: its logs get a new number).
+    pub fn start_jobmanager(&mut self) {
+        assert!(self.jobmanager.is_none(), "the JobManager is running");
+        self.jobmanager_starts += 1;
+        let log = format!("jobmanager-{}", self.jobmanager_starts);
+        self.jobmanager = Some(self.spawn(&["--role".into(), "jobmanager".into()], &log));
+    }
+
+    /// Starts TaskManager `id` with `slots` slots.
+    pub fn start_taskmanager(&mut self, id: &str, slots: u32) {
+        assert!(
+            !self.taskmanagers.contains_key(id),
+            "TaskManager {id} is running"
+        );
+        let starts = self.taskmanager_starts.entry(id.to_string()).or_default();
+        *starts += 1;
+        let log = format!("{id}-{starts}");
+        let child = self.spawn(
+            &[
+                "--role".into(),
+                "taskmanager".into(),
+                "--taskmanager-id".into(),
+                id.into(),
+                "--slots".into(),
+                slots.to_string(),
+            ],
+            &log,
+        );
+        self.taskmanagers.insert(id.to_string(), child);
+    }
+
+    /// Starts a JobManager and TaskManagers `tm-1` … `tm-n` with `slots` slots each.
+    pub fn start(&mut self, taskmanagers: u32, slots: u32) {
+        self.start_jobmanager();
+        for i in 1..=taskmanagers {
+            self.start_taskmanager(&format!("tm-{i}"), slots);
+        }
+    }
+
+    /// SIGKILLs TaskManager `id`.
+    pub fn kill_taskmanager(&mut self, id: &str) {
+        if let Some(mut child) = self.taskmanagers.remove(id) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILLs the JobManager.
+    pub fn kill_jobmanager(&mut self) {
+        if let Some(mut child) = self.jobmanager.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOPs TaskManager `id`.
+    pub fn stop_taskmanager(&self, id: &str) {
+        if let Some(child) = self.taskmanagers.get(id) {
+            crate::crash_points::stop(child);
+        }
+    }
+
+    /// SIGCONTs TaskManager `id`.
+    pub fn continue_taskmanager(&self, id: &str) {
+        if let Some(child) = self.taskmanagers.get(id) {
+            crate::crash_points::resume(child);
+        }
+    }
+
+    /// The ids of the running TaskManagers.
+    pub fn taskmanager_ids(&self) -> Vec<String> {
+        self.taskmanagers.keys().cloned().collect()
+    }
+
+    /// Whether the JobManager has exited.
+    pub fn jobmanager_exited(&mut self) -> bool {
+        self.jobmanager
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
+    /// Waits for the JobManager to exit (killing everything after `limit` and failing the
+    /// test); returns its status and its standard output.
+    pub fn wait_jobmanager(&mut self, limit: Duration) -> (ExitStatus, String) {
+        let mut child = self.jobmanager.take().expect("no JobManager is running");
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the JobManager did not finish within {limit:?}; its log:\n{}",
+                    self.log(&format!("jobmanager-{}.err", self.jobmanager_starts))
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = self.log(&format!("jobmanager-{}.out", self.jobmanager_starts));
+        (status, out)
+    }
+
+    /// Waits up to `limit` for every TaskManager to exit; returns those still running.
+    pub fn wait_taskmanagers(&mut self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            self.taskmanagers
+                .retain(|_, c| !matches!(c.try_wait(), Ok(Some(_))));
+            if self.taskmanagers.is_empty() {
+                return Vec::new();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.taskmanager_ids()
+    }
+
+    /// A log file's text (`jobmanager-1.err`, `tm-2-1.out`, …).
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.logs.join(name)).unwrap_or_default()
+    }
+
+    /// Every log file, concatenated with headers (for a failing test's message).
+    pub fn all_logs(&self) -> String {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.logs)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+            .iter()
+            .map(|p| {
+                format!(
+                    "==== {} ====\n{}",
+                    p.display(),
+                    std::fs::read_to_string(p).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for child in self
+            .taskmanagers
+            .values_mut()
+            .chain(self.jobmanager.as_mut())
+        {
+            // A stopped process must be continued to die promptly on SIGKILL's delivery.
+            crate::crash_points::resume(child);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Cluster mode with real processes on 127.0.0.1: the census job on one JobManager and
+//! three TaskManagers, with TaskManagers SIGKILLed and replaced, the JobManager SIGKILLed
+//! and restarted, and a TaskManager SIGSTOPped — the committed output must be exactly what
+//! an uninterrupted local run gives.
+//!
+//! Seeds: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weir_examples::census;
+use weir_testkit::local_cluster::LocalCluster;
+use weir_testkit::{latest_checkpoint, seeds, Rng};
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
+}
+
+/// A census cluster over `work`: parallelism 3, throttled so that the run lasts a few
+/// seconds with checkpoints every 150 ms and a pause before each commit (which widens the
+/// window between a checkpoint's completion and its commit).
+fn census_cluster(work: &Path, rate: &str) -> LocalCluster {
+    let work_dir = work.join("job");
+    let args = [
+        "--work-dir",
+        work_dir.to_str().unwrap(),
+        "--quiet",
+        "--parallelism",
+        "3",
+        "--fail-after-rows",
+        "0",
+        "--rate",
+        rate,
+        "--checkpoint-interval-ms",
+        "150",
+        "--commit-delay-ms",
+        "30",
+    ];
+    LocalCluster::new(env!("CARGO_BIN_EXE_census"), &args, &work.join("logs"))
+}
+
+fn checkpoints(work: &Path) -> PathBuf {
+    work.join("job/checkpoints")
+}
+
+/// Waits (at most `limit`) until a checkpoint newer than `after` has completed.
+fn await_checkpoint(work: &Path, after: u64, limit: Duration) -> u64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let latest = latest_checkpoint(&checkpoints(work), census::JOB_NAME);
+        if latest > after || Instant::now() > deadline {
+            return latest;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for the JobManager's end and checks that the committed output is exactly once.
+fn finish_and_verify(cluster: &mut LocalCluster, work: &Path, what: &str) -> census::Verification {
+    let (status, out) = cluster.wait_jobmanager(Duration::from_secs(180));
+    assert!(
+        status.success(),
+        "{what}: the JobManager failed ({status:?}):\n{}",
+        cluster.all_logs()
+    );
+    assert!(out.contains("Verified:"), "{what}: {out}");
+    let left = cluster.wait_taskmanagers(Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "{what}: TaskManagers {left:?} did not exit after the job ended"
+    );
+    census::verify(&work.join("job/output"), &data_dir())
+        .unwrap_or_else(|e| panic!("{what}: {e:#}\n{}", cluster.all_logs()))
+}
+
+#[test]
+fn census_on_three_taskmanagers_equals_the_local_run() {
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = census_cluster(work.path(), "40000");
+    cluster.start(3, 1);
+    let distributed = finish_and_verify(&mut cluster, work.path(), "cluster run");
+    for tm in ["tm-1", "tm-2", "tm-3"] {
+        let log = cluster.log(&format!("{tm}-1.out"));
+        assert!(log.contains("Finished"), "{tm}: {log}");
+        assert!(
+            cluster.log(&format!("{tm}-1.err")).contains("run deployed"),
+            "{tm} ran nothing"
+        );
+    }
+    // The same job in one process.
+    let local_work = tempfile::tempdir().unwrap();
+    let mut options = census::CensusOptions::new(data_dir(), local_work.path());
+    options.parallelism = 3;
+    options.fail_after_rows = None;
+    options.rate = 1e9;
+    census::run(&options).unwrap();
+    let local = census::verify(&options.output, &data_dir()).unwrap();
+    assert_eq!(distributed.finals, local.finals);
+    assert_eq!(distributed.committed_lines, local.committed_lines);
+}
+
+#[test]
+fn taskmanager_kills_with_replacements_are_exactly_once() {
+    for seed in seeds(2) {
+        let mut rng = Rng(seed * 104_729);
+        let work = tempfile::tempdir().unwrap();
+        let mut cluster = census_cluster(work.path(), "4000");
+        cluster.start(3, 1);
+        let kills = 2 + rng.below(2);
+        println!("seed {seed}: {kills} TaskManager kills (replay with WEIR_SEED={seed})");
+        let mut checkpoint = 0;
+        for k in 0..kills {
+            checkpoint = await_checkpoint(work.path(), checkpoint, Duration::from_secs(30));
+            // Right after a completion (its commit pauses 30 ms) or a little later.
+            let delay = if rng.below(2) == 0 {
+                rng.below(20)
+            } else {
+                50 + rng.below(400)
+            };
+            std::thread::sleep(Duration::from_millis(delay));
+            if cluster.jobmanager_exited() {
+                println!("  the job ended before kill {k}");
+                break;
+            }
+            let ids = cluster.taskmanager_ids();
+            let victim = ids[rng.below(ids.len() as u64) as usize].clone();
+            println!("  kill {k}: SIGKILL {victim} {delay} ms after checkpoint {checkpoint}");
+            cluster.kill_taskmanager(&victim);
+            cluster.start_taskmanager(&format!("tm-r{k}"), 1);
+        }
+        let verification = finish_and_verify(&mut cluster, work.path(), &format!("seed {seed}"));
+        assert_eq!(verification.committed_lines, verification.input_rows);
+        let jm = cluster.log("jobmanager-1.err");
+        let restarts = jm.matches("restoring").count();
+        println!(
+            "  {} failovers, {restarts} restores",
+            jm.matches("TaskManager lost").count()
+        );
+        assert!(
+            jm.contains("TaskManager lost"),
+            "seed {seed}: no loss seen:\n{jm}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_jobmanager_is_restarted_and_resumes_the_job() {
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = census_cluster(work.path(), "4000");
+    cluster.start(3, 1);
+    let checkpoint = await_checkpoint(work.path(), 1, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(10));
+    println!("SIGKILL the JobManager after checkpoint {checkpoint}");
+    cluster.kill_jobmanager();
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.start_jobmanager();
+    let verification = finish_and_verify(&mut cluster, work.path(), "restarted JobManager");
+    assert_eq!(verification.committed_lines, verification.input_rows);
+    let log = cluster.log("jobmanager-2.err");
+    assert!(
+        log.contains("restoring"),
+        "the new JobManager did not restore:\n{log}"
+    );
+}
+
+#[test]
+fn a_stopped_taskmanager_is_lost_by_heartbeat_and_its_messages_are_stale() {
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = census_cluster(work.path(), "4000");
+    cluster.start(3, 1);
+    await_checkpoint(work.path(), 1, Duration::from_secs(30));
+    cluster.stop_taskmanager("tm-2");
+    // The heartbeat timeout is 2 s: the JobManager fails over to a replacement.
+    cluster.start_taskmanager("tm-4", 1);
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.continue_taskmanager("tm-2");
+    let verification = finish_and_verify(&mut cluster, work.path(), "stopped TaskManager");
+    assert_eq!(verification.committed_lines, verification.input_rows);
+    let jm = cluster.log("jobmanager-1.err");
+    assert!(
+        jm.contains("no heartbeat"),
+        "not detected by heartbeat:\n{jm}"
+    );
+    assert!(
+        jm.contains("message of a stale session rejected"),
+        "the continued TaskManager's messages were not rejected:\n{jm}"
+    );
+}
