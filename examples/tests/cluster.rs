@@ -186,3 +186,50 @@ fn a_stopped_taskmanager_is_lost_by_heartbeat_and_its_messages_are_stale() {
         "the continued TaskManager's messages were not rejected:\n{jm}"
     );
 }
+
+/// A proxy in front of one TaskManager's data port cuts the first data connection through
+/// it in the middle of the stream: the tasks on it fail, the job recovers, exactly once,
+/// and nothing hangs.
+#[test]
+fn a_data_connection_cut_mid_stream_recovers_exactly_once() {
+    use weir_testkit::fault_proxy::FaultProxy;
+    use weir_testkit::local_cluster::free_port;
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = census_cluster(work.path(), "8000");
+    cluster.start(2, 1);
+    // tm-3's peers dial it through the proxy (ids that sort first dial).
+    let data_port = free_port();
+    let target = format!("127.0.0.1:{data_port}").parse().unwrap();
+    let proxy = FaultProxy::start("127.0.0.1:0", target, 32 * 1024, |n| n == 0);
+    let bind = format!("127.0.0.1:{data_port}");
+    let advertised = proxy.address.to_string();
+    cluster.start_taskmanager_with(
+        "tm-3",
+        1,
+        &[
+            "--data-bind-address",
+            &bind,
+            "--advertised-host",
+            &advertised,
+        ],
+    );
+    let verification = finish_and_verify(&mut cluster, work.path(), "cut connection");
+    assert_eq!(verification.committed_lines, verification.input_rows);
+    assert_eq!(
+        proxy.cuts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no connection was cut"
+    );
+    let jm = cluster.log("jobmanager-1.err");
+    for line in jm.lines().filter(|l| l.contains("restarting")) {
+        println!("{line}");
+    }
+    assert!(
+        jm.contains("data connection to") || jm.contains("channel to"),
+        "the failure does not name the connection:\n{jm}"
+    );
+    assert!(
+        jm.contains("restoring") || jm.contains("restarting"),
+        "no recovery:\n{jm}"
+    );
+}

@@ -51,8 +51,8 @@ pub struct ClusterArgs {
         default_value = "127.0.0.1:0"
     )]
     pub data_bind_address: String,
-    /// The host peers dial for this TaskManager's data connections, if not the bound one (in
-    /// a container: the pod's IP).
+    /// The host (or host:port) peers dial for this TaskManager's data connections, if not the
+    /// bound address (in a container: the pod's IP; behind a proxy: the proxy's address).
     #[arg(long = "advertised-host", env = "WEIR_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
     /// How often the JobManager and the TaskManagers send heartbeats, in milliseconds

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod crash_points;
+pub mod fault_proxy;
 pub mod local_cluster;
 pub mod recovery_scenarios;
 

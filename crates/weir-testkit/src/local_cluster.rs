@@ -97,6 +97,11 @@ impl LocalCluster {
 
     /// Starts TaskManager `id` with `slots` slots.
     pub fn start_taskmanager(&mut self, id: &str, slots: u32) {
+        self.start_taskmanager_with(id, slots, &[]);
+    }
+
+    /// Starts TaskManager `id` with `slots` slots and `extra` flags.
+    pub fn start_taskmanager_with(&mut self, id: &str, slots: u32, extra: &[&str]) {
         assert!(
             !self.taskmanagers.contains_key(id),
             "TaskManager {id} is running"
@@ -104,17 +109,16 @@ impl LocalCluster {
         let starts = self.taskmanager_starts.entry(id.to_string()).or_default();
         *starts += 1;
         let log = format!("{id}-{starts}");
-        let child = self.spawn(
-            &[
-                "--role".into(),
-                "taskmanager".into(),
-                "--taskmanager-id".into(),
-                id.into(),
-                "--slots".into(),
-                slots.to_string(),
-            ],
-            &log,
-        );
+        let mut args: Vec<String> = vec![
+            "--role".into(),
+            "taskmanager".into(),
+            "--taskmanager-id".into(),
+            id.into(),
+            "--slots".into(),
+            slots.to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = self.spawn(&args, &log);
         self.taskmanagers.insert(id.to_string(), child);
     }
 

@@ -74,31 +74,7 @@ pub fn run_taskmanager(
         NetworkConfig::default(),
     )?;
     let bound = network.address();
-    let data_address = match &config.advertised_host {
-        Some(host) => format!("{host}:{}", bound.port())
-            .parse::<SocketAddr>()
-            .or_else(|_| {
-                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), bound.port()))
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .ok_or(())
-            })
-            .map_err(|()| ClusterError::InvalidSetting {
-                setting: "--advertised-host / WEIR_ADVERTISED_HOST",
-                value: host.clone(),
-                reason: "does not resolve to an address".into(),
-            })?,
-        None if bound.ip().is_unspecified() => {
-            return Err(ClusterError::InvalidSetting {
-                setting: "--advertised-host / WEIR_ADVERTISED_HOST",
-                value: String::new(),
-                reason: format!(
-                    "the data port is bound to {bound}, which peers cannot dial: name the host they should use"
-                ),
-            })
-        }
-        None => bound,
-    };
+    let data_address = advertised_data_address(config, bound)?;
     let storage = match &job.config.checkpoint.storage {
         CheckpointStorageConfig::Memory => None,
         storage => Some(
@@ -147,6 +123,37 @@ pub fn run_taskmanager(
         checkpoints: Default::default(),
         savepoint: None,
     })
+}
+
+/// The address peers dial for this TaskManager's data: `--advertised-host` (a host, with the
+/// bound port, or a host:port, e.g. of a proxy or a NAT), else the bound address.
+fn advertised_data_address(
+    config: &ClusterConfig,
+    bound: SocketAddr,
+) -> Result<SocketAddr, ClusterError> {
+    let invalid = |value: &str, reason: String| ClusterError::InvalidSetting {
+        setting: "--advertised-host / WEIR_ADVERTISED_HOST",
+        value: value.to_string(),
+        reason,
+    };
+    match &config.advertised_host {
+        Some(host) => {
+            let with_port = if host.contains(':') && !host.starts_with('[') && host.parse::<std::net::IpAddr>().is_err() {
+                host.clone()
+            } else {
+                format!("{host}:{}", bound.port())
+            };
+            std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| invalid(host, "does not resolve to an address".into()))
+        }
+        None if bound.ip().is_unspecified() => Err(invalid(
+            "",
+            format!("the data port is bound to {bound}, which peers cannot dial: name the host they should use"),
+        )),
+        None => Ok(bound),
+    }
 }
 
 impl TaskManager {

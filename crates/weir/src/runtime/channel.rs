@@ -123,6 +123,15 @@ impl<T> ChannelReceiver<T> {
         }
     }
 
+    /// Why the channel's elements stopped coming (its sender is gone): for a remote channel
+    /// whose connection failed, the connection's failure.
+    pub(crate) fn disconnected(&self) -> TaskError {
+        match &self.credit {
+            Some(credit) => credit.disconnected(),
+            None => TaskError::ChannelClosed { peer: "upstream" },
+        }
+    }
+
     /// Called after each element taken from `rx`: a remote channel's sender gets a credit.
     #[inline]
     pub(crate) fn consumed(&self) {

@@ -113,9 +113,7 @@ impl<T> InputGate<T> {
                     return Ok(Some((i, element)));
                 }
                 Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => {
-                    return Err(TaskError::ChannelClosed { peer: "upstream" })
-                }
+                Err(TryRecvError::Disconnected) => return Err(channel.receiver.disconnected()),
             }
         }
         Ok(None)
@@ -190,8 +188,13 @@ impl<T> InputGate<T> {
                 self.next = (channel + 1) % self.channels.len();
                 Ok(GateNext::Element(channel, element))
             }
-            Err(_) => Err(TaskError::ChannelClosed { peer: "upstream" }),
+            Err(_) => Err(self.channels[channel].receiver.disconnected()),
         }
+    }
+
+    /// Why `channel` stopped delivering (its sender is gone).
+    pub(crate) fn disconnected(&self, channel: usize) -> TaskError {
+        self.channels[channel].receiver.disconnected()
     }
 }
 

@@ -228,10 +228,15 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
                 Err(_) => Err(TaskError::Cancelled),
             };
         }
-        let closed = |_| TaskError::ChannelClosed { peer: "upstream" };
         if index - 2 < first.len() {
             let (channel, rx) = first[index - 2];
-            let element = operation.recv(rx).map_err(closed)?;
+            let element = match operation.recv(rx) {
+                Ok(element) => element,
+                Err(_) => {
+                    drop((first, second));
+                    return Err(self.first.disconnected(channel));
+                }
+            };
             drop((first, second));
             self.first.was_read(channel);
             self.pending_second = None;
@@ -241,7 +246,13 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
             ))
         } else {
             let (channel, rx) = second[index - 2 - first.len()];
-            let element = operation.recv(rx).map_err(closed)?;
+            let element = match operation.recv(rx) {
+                Ok(element) => element,
+                Err(_) => {
+                    drop((first, second));
+                    return Err(self.second.disconnected(channel));
+                }
+            };
             drop((first, second));
             self.second.was_read(channel);
             self.pending_first = None;

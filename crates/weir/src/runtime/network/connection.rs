@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::de::DeserializeOwned;
 
 use super::credit::{CreditReturn, LinkState, Outbound, RemoteSender};
-use super::frame::{write_credit, Frame, FrameReader};
+use super::frame::{write_close, write_credit, Frame, FrameReader};
 use super::NetworkError;
 use crate::runtime::channel::ChannelReceiver;
 use crate::runtime::stream_element::StreamElement;
@@ -173,13 +173,13 @@ impl Connection {
     ) -> Result<(), NetworkError> {
         let out = self.out()?;
         lock(&self.routes).inboxes.insert(channel, inbox);
-        CreditReturn::new(channel, out).grant(capacity as u32);
+        CreditReturn::new(channel, out, self.link.clone()).grant(capacity as u32);
         Ok(())
     }
 
     /// A line back to the sender of `channel`, for a receiver about to be registered.
     pub fn credit_return(&self, channel: u32) -> Result<CreditReturn, NetworkError> {
-        Ok(CreditReturn::new(channel, self.out()?))
+        Ok(CreditReturn::new(channel, self.out()?, self.link.clone()))
     }
 
     /// The sending end of `channel`, whose receiver's queue holds `window` elements.
@@ -247,7 +247,8 @@ fn write_loop(stream: TcpStream, outbound: Receiver<Outbound>, link: &LinkState)
             }
             writer.flush()?;
         }
-        Ok(())
+        write_close(&mut writer)?;
+        writer.flush()
     })();
     match result {
         // Every channel end is gone and all is written: close this direction only, the peer
@@ -268,8 +269,10 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
         link.peer.clone(),
         max_frame,
     );
+    let mut closed = false;
     let failure = loop {
         match reader.next_frame() {
+            Ok(Some(Frame::Close)) => closed = true,
             Ok(Some(Frame::Data { channel, payload })) => {
                 let routes = lock(routes);
                 let Some(inbox) = routes.inboxes.get(&channel) else {
@@ -293,7 +296,13 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
                     let _ = slot.tx.send(());
                 }
             }
-            Ok(None) => break None,
+            Ok(None) if closed => break None,
+            // An end without the close frame: the connection was cut (or the peer died).
+            Ok(None) => {
+                break Some(
+                    "the connection ended without its close frame (cut, or the peer died)".into(),
+                )
+            }
             Err(e) => break Some(e.to_string()),
         }
     };

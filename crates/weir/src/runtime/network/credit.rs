@@ -138,12 +138,22 @@ impl RemoteSender {
 pub struct CreditReturn {
     channel: u32,
     out: Sender<Outbound>,
+    link: Arc<LinkState>,
 }
 
 impl CreditReturn {
-    /// Credits of `channel`, written through `out`.
-    pub fn new(channel: u32, out: Sender<Outbound>) -> Self {
-        Self { channel, out }
+    /// Credits of `channel`, written through `out` on the connection `link`.
+    pub fn new(channel: u32, out: Sender<Outbound>, link: Arc<LinkState>) -> Self {
+        Self { channel, out, link }
+    }
+
+    /// The error of a channel whose elements stopped coming: the connection's failure if it
+    /// failed, otherwise the upstream task went away.
+    pub fn disconnected(&self) -> TaskError {
+        match self.link.failure() {
+            Some(_) => self.link.lost(),
+            None => TaskError::ChannelClosed { peer: "upstream" },
+        }
     }
 
     /// Grants `credits` more elements to the sender.

@@ -8,7 +8,11 @@
 //! u32 length (little endian; the bytes after it) | u8 kind | u32 channel | body
 //!   kind 1, data:   body = one postcard-encoded StreamElement (a batch or an event)
 //!   kind 2, credit: body = u32 number of elements the sender may send
+//!   kind 3, close:  no body (channel 0); the last frame of a direction that ends normally
 //! ```
+//!
+//! A direction that ends without a close frame was cut: the reader reports it as a failure,
+//! not as the peer's normal end.
 //!
 //! A length above the configured maximum, an unknown kind or a short body is a protocol
 //! error: the reader never allocates more than the maximum, whatever the length field says.
@@ -31,6 +35,7 @@ const MAX_HELLO: usize = 64 * 1024;
 
 const KIND_DATA: u8 = 1;
 const KIND_CREDIT: u8 = 2;
+const KIND_CLOSE: u8 = 3;
 
 /// One run of a job's tasks: the JobManager's epoch (fencing token) and the attempt number
 /// within it. Connections, and the channels on them, belong to one run.
@@ -78,6 +83,8 @@ pub enum Frame<'a> {
         /// How many.
         credits: u32,
     },
+    /// The peer ends this direction normally: nothing follows.
+    Close,
 }
 
 /// Encodes `element` as a complete data frame of `channel`, ready to be written.
@@ -99,6 +106,14 @@ pub fn write_credit(out: &mut impl Write, channel: u32, credits: u32) -> std::io
     frame[LENGTH] = KIND_CREDIT;
     frame[LENGTH + 1..LENGTH + HEADER].copy_from_slice(&channel.to_le_bytes());
     frame[LENGTH + HEADER..].copy_from_slice(&credits.to_le_bytes());
+    out.write_all(&frame)
+}
+
+/// Writes the close frame that ends a direction normally.
+pub fn write_close(out: &mut impl Write) -> std::io::Result<()> {
+    let mut frame = [0u8; LENGTH + HEADER];
+    frame[..LENGTH].copy_from_slice(&(HEADER as u32).to_le_bytes());
+    frame[LENGTH] = KIND_CLOSE;
     out.write_all(&frame)
 }
 
@@ -191,6 +206,8 @@ impl<R: Read> FrameReader<R> {
                     body.len()
                 ))),
             },
+            KIND_CLOSE if body.is_empty() => Ok(Some(Frame::Close)),
+            KIND_CLOSE => Err(self.protocol("a close frame with a body")),
             other => Err(self.protocol(format!("unknown frame kind {other}"))),
         }
     }
@@ -294,6 +311,7 @@ mod tests {
             out.push(match frame {
                 Frame::Data { channel, payload } => (1, channel, payload.to_vec()),
                 Frame::Credit { channel, credits } => (2, channel, credits.to_le_bytes().to_vec()),
+                Frame::Close => (3, 0, Vec::new()),
             });
         }
         Ok(out)
@@ -308,8 +326,10 @@ mod tests {
         wire.extend(
             data_frame(9, &StreamElement::<String>::Event(StreamEvent::EndOfStream)).unwrap(),
         );
+        write_close(&mut wire).unwrap();
         let frames = read_all(&wire, 1 << 20).unwrap();
-        assert_eq!(frames.len(), 3);
+        assert_eq!(frames.len(), 4);
+        assert_eq!(frames[3], (3, 0, Vec::new()));
         assert_eq!((frames[0].0, frames[0].1), (1, 7));
         let decoded: StreamElement<String> = postcard::from_bytes(&frames[0].2).unwrap();
         assert_eq!(decoded, element);
