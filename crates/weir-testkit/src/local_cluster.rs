@@ -195,6 +195,21 @@ impl LocalCluster {
         (status, out)
     }
 
+    /// Waits up to `limit` for TaskManager `id` to exit by itself; true if it did.
+    pub fn wait_taskmanager_exit(&mut self, id: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            match self.taskmanagers.get_mut(id).map(|c| c.try_wait()) {
+                None | Some(Ok(Some(_))) => {
+                    self.taskmanagers.remove(id);
+                    return true;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        false
+    }
+
     /// Waits up to `limit` for every TaskManager to exit; returns those still running.
     pub fn wait_taskmanagers(&mut self, limit: Duration) -> Vec<String> {
         let deadline = Instant::now() + limit;

@@ -58,6 +58,10 @@ struct Args {
     /// <work-dir>/local-recovery).
     #[arg(long)]
     no_local_recovery: bool,
+    /// Cluster mode (`--role jobmanager|taskmanager`): every process gets the same job
+    /// options; none clears the work directory, and the JobManager resumes from it.
+    #[command(flatten)]
+    cluster: weir_cluster::ClusterArgs,
 }
 
 /// Errors print as one line with their causes, never with a backtrace.
@@ -76,7 +80,7 @@ fn run() -> Result<()> {
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
     let local_recovery = args.work_dir.join("local-recovery");
-    if !args.resume {
+    if !args.resume && args.cluster.role.is_none() {
         for dir in [&checkpoints, &local_recovery] {
             if dir.exists() {
                 std::fs::remove_dir_all(dir)
@@ -107,6 +111,7 @@ fn run() -> Result<()> {
         }));
     }
     let env = word_count::build(&options)?;
+    weir_cluster::apply(&args.cluster, &env)?;
     let result = env.execute(word_count::JOB_NAME)?;
     let records = result
         .operator("Source: words")

@@ -56,6 +56,10 @@ struct Args {
     /// <work-dir>/local-recovery).
     #[arg(long)]
     no_local_recovery: bool,
+    /// Cluster mode (`--role jobmanager|taskmanager`): every process gets the same job
+    /// options; none clears the work directory, and the JobManager resumes from it.
+    #[command(flatten)]
+    cluster: weir_cluster::ClusterArgs,
 }
 
 /// Errors print as one line with their causes, never with a backtrace.
@@ -74,7 +78,7 @@ fn run() -> Result<()> {
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
     let local_recovery = args.work_dir.join("local-recovery");
-    if !args.resume {
+    if !args.resume && args.cluster.role.is_none() {
         for dir in [&checkpoints, &local_recovery] {
             if dir.exists() {
                 std::fs::remove_dir_all(dir)
@@ -83,11 +87,15 @@ fn run() -> Result<()> {
         }
     }
     let delivery: Delivery = args.delivery.parse()?;
-    word_count::create_table(
-        &args.url,
-        &args.table,
-        delivery != Delivery::ExactlyOnceAppend,
-    )?;
+    // In a cluster, only the JobManager sets up the table (concurrent CREATE TABLE IF NOT
+    // EXISTS statements race in PostgreSQL); TaskManagers only write to it.
+    if args.cluster.role != Some(weir_cluster::Role::Taskmanager) {
+        word_count::create_table(
+            &args.url,
+            &args.table,
+            delivery != Delivery::ExactlyOnceAppend,
+        )?;
+    }
     let mut options = WordCountOptions::new(&args.url, &args.table);
     options.delivery = delivery;
     options.records = args.records;
@@ -107,7 +115,9 @@ fn run() -> Result<()> {
             }
         }));
     }
-    let result = word_count::build(&options)?.execute(word_count::JOB_NAME)?;
+    let env = word_count::build(&options)?;
+    weir_cluster::apply(&args.cluster, &env)?;
+    let result = env.execute(word_count::JOB_NAME)?;
     println!(
         "pg-count: {:?} in {:.2?}, {} checkpoints, {} restarts",
         result.status, result.wall_time, result.checkpoints.completed, result.restarts

@@ -1,0 +1,149 @@
+//! The Kafka word count in cluster mode: a JobManager and three TaskManagers as real
+//! processes on 127.0.0.1. Its committed output must be exactly the expected running counts
+//! — also when a TaskManager SIGKILLs itself between a checkpoint's completion and its
+//! transaction's commit, and when another is SIGKILLed at a seeded random moment, each
+//! replaced by a new TaskManager.
+//!
+//! Seeds: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use weir_kafka::client_config::KafkaConnection;
+use weir_kafka::word_count;
+use weir_testkit::local_cluster::LocalCluster;
+use weir_testkit::{latest_checkpoint, seeds, Rng};
+
+const PARTITIONS: i32 = 3;
+const RECORDS: u64 = 30_000;
+
+struct Setup {
+    input: String,
+    output: String,
+    expected: std::collections::HashMap<String, u64>,
+    work: tempfile::TempDir,
+}
+
+fn setup() -> Setup {
+    let input = common::unique("cluster-words");
+    let output = common::unique("cluster-counts");
+    let connection = KafkaConnection::new(common::bootstrap());
+    weir_kafka::admin::ensure_topic(&connection, &output, PARTITIONS).expect("output topic");
+    let expected =
+        word_count::produce_words(&common::bootstrap(), &input, PARTITIONS, RECORDS, 300)
+            .expect("produce input");
+    Setup {
+        input,
+        output,
+        expected,
+        work: tempfile::tempdir().expect("work dir"),
+    }
+}
+
+fn cluster(setup: &Setup, rate: &str) -> LocalCluster {
+    let work_dir = setup.work.path().join("job");
+    let bootstrap = common::bootstrap();
+    let args = [
+        "--bootstrap",
+        &bootstrap,
+        "--input",
+        &setup.input,
+        "--output",
+        &setup.output,
+        "--guarantee",
+        "exactly_once",
+        "--parallelism",
+        "3",
+        "--rate",
+        rate,
+        "--checkpoint-interval-ms",
+        "200",
+        "--operation-timeout-ms",
+        "10000",
+        "--work-dir",
+        work_dir.to_str().unwrap(),
+    ];
+    LocalCluster::new(
+        env!("CARGO_BIN_EXE_weir-kafka-count"),
+        &args,
+        &setup.work.path().join("logs"),
+    )
+}
+
+fn finish_and_verify(cluster: &mut LocalCluster, setup: &Setup, what: &str) {
+    let (status, _) = cluster.wait_jobmanager(Duration::from_secs(180));
+    assert!(
+        status.success(),
+        "{what}: the JobManager failed:\n{}",
+        cluster.all_logs()
+    );
+    let committed = word_count::committed_counts(&common::bootstrap(), &setup.output, PARTITIONS)
+        .expect("read output");
+    if let Err(problems) = word_count::verify_counts(&committed, &setup.expected, true) {
+        panic!(
+            "{what}: output is wrong: {problems}\n{}",
+            cluster.all_logs()
+        );
+    }
+    assert!(
+        cluster
+            .wait_taskmanagers(Duration::from_secs(10))
+            .is_empty(),
+        "{what}: TaskManagers did not exit"
+    );
+}
+
+#[test]
+fn word_count_on_three_taskmanagers_is_exactly_once() {
+    let setup = setup();
+    let mut cluster = cluster(&setup, "0");
+    cluster.start(3, 1);
+    finish_and_verify(&mut cluster, &setup, "cluster run");
+}
+
+#[test]
+fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
+    for seed in seeds(1) {
+        println!("seed {seed} (replay with WEIR_SEED={seed})");
+        let mut rng = Rng(seed * 31_337);
+        let setup = setup();
+        let mut cluster = cluster(&setup, "8000");
+        cluster.start_jobmanager();
+        // tm-1 kills itself right before its first transaction commit, after the
+        // checkpoint completed: the hard case of two-phase commit.
+        cluster.start_taskmanager_with("tm-1", 1, &["--kill-before-commit"]);
+        cluster.start_taskmanager("tm-2", 1);
+        cluster.start_taskmanager("tm-3", 1);
+        let checkpoints = setup.work.path().join("job/checkpoints");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        assert!(
+            cluster.wait_taskmanager_exit("tm-1", Duration::from_secs(60)),
+            "tm-1 never reached a commit:\n{}",
+            cluster.all_logs()
+        );
+        let tm1 = cluster.log("tm-1-1.err");
+        assert!(
+            tm1.contains("killing myself before committing"),
+            "tm-1 did not die before a commit:\n{tm1}"
+        );
+        cluster.start_taskmanager("tm-4", 1);
+        // Then a random SIGKILL once the job committed again.
+        let reached = latest_checkpoint(&checkpoints, word_count::JOB_NAME);
+        while latest_checkpoint(&checkpoints, word_count::JOB_NAME) <= reached
+            && Instant::now() < deadline
+            && !cluster.jobmanager_exited()
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(300)));
+        let ids = cluster.taskmanager_ids();
+        if !cluster.jobmanager_exited() && !ids.is_empty() {
+            let victim = ids[rng.below(ids.len() as u64) as usize].clone();
+            println!("  SIGKILL {victim}");
+            cluster.kill_taskmanager(&victim);
+            cluster.start_taskmanager("tm-5", 1);
+        }
+        finish_and_verify(&mut cluster, &setup, &format!("seed {seed}"));
+    }
+}
