@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# what the tests need (a Kafka-protocol broker and PostgreSQL servers on 127.0.0.1, stopped
-# again at the end), then formatting, lints, every test, and smoke runs of the main example and
+# what the tests need (a Kafka-protocol broker, PostgreSQL servers and an S3-compatible server
+# on 127.0.0.1, stopped again at the end), then formatting, lints, every test, and smoke runs of the main example and
 # of the Weir-vs-Flink benchmark (which installs Apache Flink, about 850 MB from PyPI, into its
 # own virtual environment, and Java 17 with apt if missing).
 # Safe to run again: every step is idempotent.
@@ -34,11 +34,14 @@ log "Kafka-protocol broker for the Kafka tests (tansu, 127.0.0.1 only)"
 eval "$(scripts/kafka-broker.sh start)"
 log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
 eval "$(scripts/postgres.sh start)"
+log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0.0.1 only)"
+eval "$(scripts/s3-server.sh start)"
 stop_services() {
     if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop; fi
     if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ]; then
         scripts/postgres.sh stop
     fi
+    if [ "${WEIR_S3_SERVER_STARTED:-}" = 1 ]; then scripts/s3-server.sh stop; fi
 }
 trap stop_services EXIT
 log "format check"

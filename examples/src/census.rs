@@ -182,6 +182,8 @@ pub struct CensusOptions {
     pub output: PathBuf,
     /// Checkpoint directory.
     pub checkpoints: PathBuf,
+    /// Checkpoint storage at a URL (`s3://bucket/prefix`, …) instead of the directory.
+    pub checkpoint_storage: Option<String>,
     /// Parallelism.
     pub parallelism: u32,
     /// Rows per second read (all files together).
@@ -211,6 +213,7 @@ impl CensusOptions {
             data,
             output: work_dir.join("output"),
             checkpoints: work_dir.join("checkpoints"),
+            checkpoint_storage: None,
             parallelism: 2,
             rate: 8_000.0,
             fail_after_rows: Some(10_000),
@@ -246,9 +249,10 @@ pub fn build_with_progress(
         .with_interval(options.checkpoint_interval)
         .with_retained(2)
         .with_retention_on_cancel(RetentionOnCancel::Retain)
-        .with_storage(CheckpointStorageConfig::FileSystem(
-            options.checkpoints.clone(),
-        ));
+        .with_storage(match &options.checkpoint_storage {
+            Some(url) => CheckpointStorageConfig::from_url(url),
+            None => CheckpointStorageConfig::FileSystem(options.checkpoints.clone()),
+        });
     if let Some(dir) = &options.local_recovery {
         checkpointing = checkpointing.with_local_recovery(dir);
     }

@@ -233,3 +233,56 @@ fn a_data_connection_cut_mid_stream_recovers_exactly_once() {
         "no recovery:\n{jm}"
     );
 }
+
+/// Checkpoints on the S3-compatible server (`scripts/s3-server.sh`): the TaskManagers write
+/// their state there directly, the JobManager the metadata; a TaskManager is SIGKILLed and
+/// the job restores from S3, exactly once.
+#[test]
+fn census_with_checkpoints_on_s3_survives_a_taskmanager_kill() {
+    let bucket = std::env::var("WEIR_S3_URL").unwrap_or_else(|_| {
+        panic!("WEIR_S3_URL is not set: run through scripts/test.sh, or `eval $(scripts/s3-server.sh start)`")
+    });
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let url = format!("{bucket}/cluster-census-{}-{nanos}", std::process::id());
+    let work = tempfile::tempdir().unwrap();
+    let work_dir = work.path().join("job");
+    let args = [
+        "--work-dir",
+        work_dir.to_str().unwrap(),
+        "--quiet",
+        "--parallelism",
+        "3",
+        "--fail-after-rows",
+        "0",
+        "--rate",
+        "5000",
+        "--checkpoint-interval-ms",
+        "200",
+        "--no-local-recovery",
+        "--checkpoint-storage",
+        &url,
+    ];
+    let mut cluster = LocalCluster::new(
+        env!("CARGO_BIN_EXE_census"),
+        &args,
+        &work.path().join("logs"),
+    );
+    cluster.start(3, 1);
+    // Wait for a completed checkpoint (the JobManager logs each), then kill a TaskManager.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.log("jobmanager-1.err").contains("Completed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill_taskmanager("tm-2");
+    cluster.start_taskmanager("tm-4", 1);
+    let verification = finish_and_verify(&mut cluster, work.path(), "checkpoints on S3");
+    assert_eq!(verification.committed_lines, verification.input_rows);
+    let jm = cluster.log("jobmanager-1.err");
+    assert!(
+        jm.contains(&format!("location={url}/census/chk-")),
+        "not restored from S3:\n{jm}"
+    );
+}

@@ -43,6 +43,7 @@ pub mod config;
 pub mod convert;
 pub mod error;
 pub mod jobmanager;
+pub mod object_storage;
 pub mod taskmanager;
 
 pub mod proto {
@@ -82,8 +83,10 @@ impl PipelineExecutor for ClusterExecutor {
 }
 
 /// Makes `env` run its jobs in the role `args` give, if any; without a role it stays on
-/// the local mini-cluster.
+/// the local mini-cluster. Either way, checkpoint storage on object storage (`s3://`,
+/// `gs://`, `az://`) becomes available.
 pub fn apply(args: &ClusterArgs, env: &StreamExecutionEnvironment) -> Result<(), ClusterError> {
+    object_storage::register();
     if let Some(config) = args.config()? {
         env.set_executor(ClusterExecutor::new(config));
     }

@@ -80,6 +80,8 @@ impl LocalCluster {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "weir=info,weir_cluster=info".into()),
             )
+            // Plain text logs, for reading and searching.
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -60,6 +60,11 @@ struct Args {
     /// continues from the savepoint.
     #[arg(long, default_value_t = 0)]
     stop_after_rows: u64,
+    /// Checkpoint storage at a URL instead of <work-dir>/checkpoints: `s3://bucket/prefix`
+    /// (S3 or an S3-compatible server, configured by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …),
+    /// `gs://…`, `az://…`, or `file:///dir`. Needs --no-local-recovery.
+    #[arg(long)]
+    checkpoint_storage: Option<String>,
     /// Cluster mode: run this process as the JobManager or a TaskManager of the job (see
     /// `--role`). Every process of a cluster is started with the same job options; none of
     /// them clears the work directory, and a JobManager resumes the job from its newest
@@ -101,6 +106,7 @@ fn run() -> Result<()> {
     options.stop_after_rows = (args.stop_after_rows > 0).then_some(args.stop_after_rows);
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
+    options.checkpoint_storage = args.checkpoint_storage.clone();
     let role = args.cluster.role;
     if !args.resume && role.is_none() {
         for dir in [&options.output, &options.checkpoints, &local_recovery] {

@@ -48,6 +48,10 @@ pub enum CheckpointStorageConfig {
     Memory,
     /// Under a directory: `<dir>/<job>/chk-<id>/`.
     FileSystem(PathBuf),
+    /// At a URL whose scheme a registered storage serves (`s3://bucket/prefix`, `gs://…`,
+    /// `az://…`; see [`register_storage_scheme`](crate::checkpoint::storage::register_storage_scheme)):
+    /// `<url>/<job>/chk-<id>/`.
+    Url(String),
 }
 
 impl CheckpointStorageConfig {
@@ -55,6 +59,41 @@ impl CheckpointStorageConfig {
     pub fn directory(dir: impl AsRef<std::path::Path>) -> Self {
         CheckpointStorageConfig::FileSystem(dir.as_ref().to_path_buf())
     }
+    /// The storage a URL names: `file:///dir` (or a plain path) is a directory, `memory:` is
+    /// this process's memory, any other scheme (`s3://bucket/prefix`, …) is served by the
+    /// storage registered for it.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// assert_eq!(
+    ///     CheckpointStorageConfig::from_url("file:///var/lib/weir"),
+    ///     CheckpointStorageConfig::directory("/var/lib/weir")
+    /// );
+    /// assert_eq!(
+    ///     CheckpointStorageConfig::from_url("s3://bucket/checkpoints"),
+    ///     CheckpointStorageConfig::Url("s3://bucket/checkpoints".into())
+    /// );
+    /// ```
+    pub fn from_url(url: &str) -> Self {
+        if let Some(path) = url.strip_prefix("file://") {
+            return CheckpointStorageConfig::FileSystem(PathBuf::from(path));
+        }
+        if url == "memory:" || url == "memory://" {
+            return CheckpointStorageConfig::Memory;
+        }
+        match url.split_once("://") {
+            Some((scheme, _)) if !scheme.is_empty() && !scheme.contains('/') => {
+                CheckpointStorageConfig::Url(url.to_string())
+            }
+            _ => CheckpointStorageConfig::FileSystem(PathBuf::from(url)),
+        }
+    }
+
+    /// Whether checkpoints outlive this process (a directory or a URL, not memory).
+    pub fn is_durable(&self) -> bool {
+        !matches!(self, CheckpointStorageConfig::Memory)
+    }
+
     /// Under `dir` when given, else in memory.
     pub fn directory_or_memory(dir: Option<std::path::PathBuf>) -> Self {
         match dir {
@@ -257,6 +296,18 @@ impl CheckpointConfig {
                 "must be at least 1: recovery needs the latest completed checkpoint",
             ));
         }
+        if let CheckpointStorageConfig::Url(url) = &self.storage {
+            if url
+                .split_once("://")
+                .is_none_or(|(_, rest)| rest.is_empty())
+            {
+                return Err(err(
+                    "checkpoint.storage",
+                    url.clone(),
+                    "expected scheme://location, e.g. s3://bucket/checkpoints",
+                ));
+            }
+        }
         if let CheckpointStorageConfig::FileSystem(dir) = &self.storage {
             if dir.as_os_str().is_empty() {
                 return Err(err(
@@ -274,6 +325,13 @@ impl CheckpointConfig {
                         "state.backend.local-recovery",
                         copy.display().to_string(),
                         "needs checkpoint storage on a filesystem, not in memory",
+                    ))
+                }
+                CheckpointStorageConfig::Url(url) => {
+                    return Err(err(
+                        "state.backend.local-recovery",
+                        copy.display().to_string(),
+                        &format!("is not supported with checkpoint storage at a URL (`{url}`) yet; turn it off"),
                     ))
                 }
             };

@@ -425,7 +425,7 @@ impl CheckpointStorage for FsCheckpointStorage {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{exercise, metadata};
+    use super::super::conformance::{exercise, metadata};
     use super::*;
 
     #[test]

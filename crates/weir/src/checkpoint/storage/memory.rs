@@ -221,7 +221,7 @@ impl CheckpointStorage for MemoryCheckpointStorage {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::exercise;
+    use super::super::conformance::exercise;
     use super::*;
 
     #[test]

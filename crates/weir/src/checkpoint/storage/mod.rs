@@ -6,14 +6,17 @@
 //! atomically (temporary name, fsync, rename, fsync of the directory). With local recovery
 //! configured, every file also gets a second copy, and reads take whichever copy verifies.
 
+pub mod conformance;
 mod filesystem;
 mod memory;
+mod registry;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use filesystem::FsCheckpointStorage;
 pub use memory::MemoryCheckpointStorage;
+pub use registry::{register_storage_scheme, StorageFactory};
 
 use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::job_lock::JobLock;
@@ -48,6 +51,15 @@ pub enum StorageError {
         /// The file.
         path: String,
         /// What is wrong.
+        reason: String,
+    },
+    /// The storage cannot be used as configured (an unknown URL scheme, a bad URL, a
+    /// setting it does not support).
+    #[error("checkpoint storage `{url}`: {reason}")]
+    Unsupported {
+        /// The storage's URL or directory.
+        url: String,
+        /// What is wrong and how to fix it.
         reason: String,
     },
     /// Another process holds the job.
@@ -171,6 +183,7 @@ pub fn create_storage(
             }
             Arc::new(storage)
         }
+        CheckpointStorageConfig::Url(url) => registry::create(url, local_copy, job_name)?,
     })
 }
 
@@ -193,26 +206,30 @@ pub fn sanitize(name: &str) -> String {
     }
 }
 
-fn location_name(id: u64, kind: SnapshotType) -> String {
+/// The name of snapshot `id`'s location under the job's directory: `chk-<id>` or
+/// `savepoint-<id>`.
+pub fn location_name(id: u64, kind: SnapshotType) -> String {
     match kind {
         SnapshotType::Checkpoint => format!("chk-{id}"),
         SnapshotType::Savepoint => format!("savepoint-{id}"),
     }
 }
 
-fn parse_checkpoint_dir(name: &str) -> Option<u64> {
+/// The id of a checkpoint location's name (`chk-<id>`).
+pub fn parse_checkpoint_dir(name: &str) -> Option<u64> {
     name.strip_prefix("chk-")?.parse().ok()
 }
 
-fn parse_savepoint_dir(name: &str) -> Option<u64> {
+/// The id of a savepoint location's name (`savepoint-<id>`).
+pub fn parse_savepoint_dir(name: &str) -> Option<u64> {
     name.strip_prefix("savepoint-")?.parse().ok()
 }
 
 /// Prefix of a location being deleted.
-const DISCARD_PREFIX: &str = ".discard-";
+pub const DISCARD_PREFIX: &str = ".discard-";
 
 /// The id of a checkpoint or savepoint location, also while it is being deleted.
-fn parse_any_location(name: &str) -> Option<u64> {
+pub fn parse_any_location(name: &str) -> Option<u64> {
     let name = name.strip_prefix(DISCARD_PREFIX).unwrap_or(name);
     parse_checkpoint_dir(name).or_else(|| parse_savepoint_dir(name))
 }
@@ -226,11 +243,13 @@ fn encoding_failed(path: impl Into<String>) -> impl FnOnce(postcard::Error) -> S
     }
 }
 
-fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
+/// Decodes and verifies metadata read from `path`.
+pub fn decode_metadata(path: String, bytes: &[u8]) -> Result<CheckpointMetadata, StorageError> {
     CheckpointMetadata::decode(bytes).map_err(|reason| StorageError::Corrupt { path, reason })
 }
 
-fn decode_record(path: String, bytes: &[u8]) -> Result<JobRecord, StorageError> {
+/// Decodes and verifies a job record read from `path`.
+pub fn decode_record(path: String, bytes: &[u8]) -> Result<JobRecord, StorageError> {
     JobRecord::decode(bytes).map_err(|reason| StorageError::Corrupt { path, reason })
 }
 
@@ -287,99 +306,5 @@ fn combine(primary: StorageError, copy_path: &str, copy: StorageError) -> Storag
             },
             reason: format!("{other}; its local-recovery copy `{copy_path}`: {copy_problem}"),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::checkpoint::job_record::RecordedCheckpoint;
-
-    pub(super) fn metadata(id: u64) -> CheckpointMetadata {
-        CheckpointMetadata {
-            checkpoint_id: id,
-            kind: SnapshotType::Checkpoint,
-            job_name: "j".into(),
-            epoch: 1,
-            timestamp_millis: 0,
-            operators: vec![],
-        }
-    }
-
-    fn accept(_: &[u8]) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// What every storage must do.
-    pub(super) fn exercise(storage: &dyn CheckpointStorage) {
-        let loc1 = storage.init_location(1, SnapshotType::Checkpoint).unwrap();
-        let loc2 = storage.init_location(2, SnapshotType::Checkpoint).unwrap();
-        storage.init_location(3, SnapshotType::Savepoint).unwrap();
-        assert!(
-            storage.init_location(3, SnapshotType::Savepoint).is_err(),
-            "never reused"
-        );
-        assert_eq!(storage.max_id().unwrap(), 3);
-        storage.write_file(&loc1, "a.keyed", b"0123456789").unwrap();
-        assert_eq!(
-            storage.read_range(&loc1, "a.keyed", 2, 3, &accept).unwrap(),
-            b"234"
-        );
-        assert!(matches!(
-            storage.read_range(&loc1, "a.keyed", 8, 5, &accept),
-            Err(StorageError::Corrupt { .. })
-        ));
-        let refuse = |_: &[u8]| Err("checksum mismatch".to_string());
-        let err = storage
-            .read_range(&loc1, "a.keyed", 0, 3, &refuse)
-            .unwrap_err();
-        assert!(err.to_string().contains("checksum mismatch"), "{err}");
-        storage.write_metadata(&loc1, &metadata(1)).unwrap();
-        assert_eq!(storage.read_metadata(&loc1).unwrap(), metadata(1));
-        let listed = storage.list_checkpoints().unwrap();
-        assert_eq!(
-            listed
-                .iter()
-                .map(|c| (c.id, c.has_metadata))
-                .collect::<Vec<_>>(),
-            vec![(1, true), (2, false)]
-        );
-        assert!(matches!(
-            storage.read_metadata(&loc2),
-            Err(StorageError::NotFound { .. })
-        ));
-        storage.discard(&loc1).unwrap();
-        assert_eq!(storage.list_checkpoints().unwrap().len(), 1);
-        assert!(
-            storage.write_file(&loc1, "late", b"x").is_err(),
-            "a discarded location takes no files"
-        );
-        assert_eq!(storage.max_id().unwrap(), 3, "ids are never reused");
-
-        assert_eq!(storage.read_job_record().unwrap(), None);
-        let mut record = JobRecord::new("j");
-        record.epoch = 2;
-        record.sequence = 1;
-        record.add_completed(
-            RecordedCheckpoint::new(2, SnapshotType::Checkpoint, loc2.clone()),
-            1,
-        );
-        storage.write_job_record(&record).unwrap();
-        assert_eq!(storage.read_job_record().unwrap(), Some(record.clone()));
-        record.sequence = 2;
-        storage.write_job_record(&record).unwrap();
-        assert_eq!(storage.read_job_record().unwrap().unwrap().sequence, 2);
-
-        // Location 2 never got metadata, but the record names it: it is kept.
-        let removed = storage
-            .remove_leftovers(std::slice::from_ref(&loc2))
-            .unwrap();
-        assert!(
-            removed.iter().any(|r| r.contains("savepoint-3")),
-            "{removed:?}"
-        );
-        assert_eq!(storage.list_checkpoints().unwrap().len(), 1);
-        storage.remove_leftovers(&[]).unwrap();
-        assert!(storage.list_checkpoints().unwrap().is_empty());
     }
 }

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::checkpoint::completed_store::CompletedCheckpointStore;
-use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::config::RetentionOnCancel;
 use crate::checkpoint::coordinator::CheckpointCoordinator;
 use crate::checkpoint::fencing::FencingToken;
@@ -102,10 +101,7 @@ impl JobMaster {
         let needs_storage = config.checkpoint.interval.is_some()
             || config.restore.is_some()
             || config.resume_from_latest_checkpoint
-            || matches!(
-                config.checkpoint.storage,
-                CheckpointStorageConfig::FileSystem(_)
-            );
+            || config.checkpoint.storage.is_durable();
         let mut master = Self {
             coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), 1, Instant::now()),
             restart: RestartBackoff::new(config.effective_restart_strategy(), now_millis()),
