@@ -37,19 +37,19 @@ impl ClusterTaskExecutors {
         Self { shared }
     }
 
-    /// Waits until the registered TaskManagers offer `needed` slots.
+    /// Waits (briefly: the JobManager deploys only once enough slots are offered) until the
+    /// registered TaskManagers offer `needed` slots.
     fn await_slots(&self, needed: u32) -> Result<(), DeployError> {
-        let deadline = Instant::now() + self.shared.config.slot_timeout;
+        let deadline = Instant::now() + Duration::from_secs(5);
         let mut state = self.shared.lock();
         let mut logged = false;
         while state.registry.total_slots() < needed {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(DeployError::Other(WeirError::InvalidRequest(format!(
-                    "not enough slots: the job needs {needed} (its largest parallelism), the {} registered TaskManager(s) offer {} after waiting {:?} (--slot-timeout-ms); start more TaskManagers or give them more --slots",
+                return Err(DeployError::Unavailable(WeirError::InvalidRequest(format!(
+                    "not enough slots: the job needs {needed} (its largest parallelism), the {} registered TaskManager(s) offer {}; start more TaskManagers or give them more --slots",
                     state.registry.sessions().count(),
                     state.registry.total_slots(),
-                    self.shared.config.slot_timeout
                 ))));
             }
             if !logged {
@@ -76,6 +76,14 @@ impl TaskExecutors for ClusterTaskExecutors {
         self.shared.lock().epoch = epoch;
     }
 
+    fn offered_slots(&self) -> Option<u32> {
+        Some(self.shared.lock().registry.total_slots())
+    }
+
+    fn slot_timeout(&self) -> Option<Duration> {
+        Some(self.shared.config.slot_timeout)
+    }
+
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
         let job = request.job;
         let vertices = &job.plan.execution_graph.vertices;
@@ -89,7 +97,7 @@ impl TaskExecutors for ClusterTaskExecutors {
             .map(|(_, s)| (s.id.clone(), s.slots))
             .collect();
         let placement = place(vertices, &offered).ok_or_else(|| {
-            DeployError::Other(WeirError::InvalidRequest(
+            DeployError::Unavailable(WeirError::InvalidRequest(
                 "the TaskManagers' slots went away while placing the run".into(),
             ))
         })?;
@@ -148,7 +156,7 @@ impl TaskExecutors for ClusterTaskExecutors {
                 state.run = None;
                 drop(state);
                 cancel_everywhere(&self.shared, request.run, &hosts);
-                return Err(DeployError::Other(WeirError::InvalidRequest(failure)));
+                return Err(DeployError::Unavailable(WeirError::InvalidRequest(failure)));
             }
         }
         // Every host reports how its deployment went (or is lost).
@@ -161,7 +169,11 @@ impl TaskExecutors for ClusterTaskExecutors {
                     "the run vanished while deploying".into(),
                 ))
             })?;
-            if let Some(DeployOutcome::Failed { reason, corrupt }) = run
+            if let Some(DeployOutcome::Failed {
+                reason,
+                corrupt,
+                fatal,
+            }) = run
                 .deployed
                 .values()
                 .find(|o| matches!(o, DeployOutcome::Failed { .. }))
@@ -172,8 +184,12 @@ impl TaskExecutors for ClusterTaskExecutors {
                 cancel_everywhere(&self.shared, request.run, &hosts);
                 return Err(if corrupt {
                     DeployError::CorruptState(reason)
-                } else {
+                } else if fatal {
                     DeployError::Other(WeirError::InvalidRequest(format!(
+                        "deployment failed: {reason}"
+                    )))
+                } else {
+                    DeployError::Unavailable(WeirError::InvalidRequest(format!(
                         "deployment failed: {reason}"
                     )))
                 });
@@ -192,7 +208,7 @@ impl TaskExecutors for ClusterTaskExecutors {
                 state.run = None;
                 drop(state);
                 cancel_everywhere(&self.shared, request.run, &hosts);
-                return Err(DeployError::Other(WeirError::InvalidRequest(failure)));
+                return Err(DeployError::Unavailable(WeirError::InvalidRequest(failure)));
             }
             state = self
                 .shared

@@ -112,7 +112,11 @@ impl JobManagerService for JobManagerRpc {
             });
             if let Some(old) = replaced {
                 // Its old session is gone for good: the TaskManager restarted or reconnected.
-                lose_replaced(&mut state, old, &id);
+                state.outbound.remove(&old);
+                state.run_lost(
+                    &id,
+                    "it registered again (it restarted or lost its session)",
+                );
             }
             state.outbound.insert(session, tx);
             state.send(
@@ -224,35 +228,6 @@ impl JobManagerService for JobManagerRpc {
     }
 }
 
-/// A TaskManager re-registered: its previous session is lost.
-fn lose_replaced(state: &mut super::state::JobManagerState, old: SessionId, id: &str) {
-    // The registry already dropped the old session; what remains is its line and its part of
-    // the run.
-    state.outbound.remove(&old);
-    if let Some(run) = state.run.as_mut() {
-        if run.hosts.contains(id) && run.lost.insert(id.to_string()) {
-            let tasks = run
-                .placement
-                .iter()
-                .filter(|(_, tm)| tm.as_str() == id)
-                .map(|(task, _)| *task)
-                .collect();
-            let reason = "it registered again (it restarted or lost its session)".to_string();
-            let _ = run.events.send(weir::runtime::task::TaskEvent::Lost {
-                tasks,
-                taskmanager: id.to_string(),
-                reason: reason.clone(),
-            });
-            run.deployed
-                .entry(id.to_string())
-                .or_insert(DeployOutcome::Failed {
-                    reason: format!("TaskManager `{id}` {reason}"),
-                    corrupt: false,
-                });
-        }
-    }
-}
-
 /// Handles one message of `session`; false when the session is no longer live (its
 /// stream should end).
 fn on_message(
@@ -292,6 +267,7 @@ fn on_message(
                         DeployOutcome::Failed {
                             reason: format!("TaskManager `{id}`: {}", deployed.error),
                             corrupt: deployed.corrupt_state,
+                            fatal: deployed.fatal,
                         }
                     };
                     current.deployed.insert(id.to_string(), outcome);

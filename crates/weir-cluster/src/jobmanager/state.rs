@@ -29,12 +29,15 @@ pub type Outbound = mpsc::UnboundedSender<Result<proto::JobManagerMessage, Statu
 pub enum DeployOutcome {
     /// Its tasks run.
     Deployed,
-    /// It failed; `corrupt` when a state file of the restore point is damaged.
+    /// It failed; `corrupt` when a state file of the restore point is damaged, `fatal` when
+    /// the job cannot run at all.
     Failed {
         /// What went wrong, naming the TaskManager.
         reason: String,
         /// Whether a state file is damaged.
         corrupt: bool,
+        /// Whether restarting cannot help.
+        fatal: bool,
     },
 }
 
@@ -142,28 +145,37 @@ impl JobManagerState {
         } else {
             tracing::warn!(taskmanager = %info.id, %reason, "TaskManager lost");
         }
-        if let Some(run) = self.run.as_mut() {
-            if run.hosts.contains(&info.id) && run.lost.insert(info.id.clone()) {
-                let tasks = run
-                    .placement
-                    .iter()
-                    .filter(|(_, tm)| **tm == info.id)
-                    .map(|(task, _)| *task)
-                    .collect();
-                let _ = run.events.send(TaskEvent::Lost {
-                    tasks,
-                    taskmanager: info.id.clone(),
-                    reason: reason.to_string(),
-                });
-                run.deployed
-                    .entry(info.id.clone())
-                    .or_insert(DeployOutcome::Failed {
-                        reason: format!("TaskManager `{}` was lost: {reason}", info.id),
-                        corrupt: false,
-                    });
-            }
-        }
+        self.run_lost(&info.id, reason);
         Some(info.id)
+    }
+
+    /// TaskManager `id` is gone: if it runs part of the current run, tells the job loop
+    /// those tasks are lost, and fails its deployment if that is still awaited.
+    pub fn run_lost(&mut self, id: &str, reason: &str) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if !run.hosts.contains(id) || !run.lost.insert(id.to_string()) {
+            return;
+        }
+        let tasks = run
+            .placement
+            .iter()
+            .filter(|(_, tm)| tm.as_str() == id)
+            .map(|(task, _)| *task)
+            .collect();
+        let _ = run.events.send(TaskEvent::Lost {
+            tasks,
+            taskmanager: id.to_string(),
+            reason: reason.to_string(),
+        });
+        run.deployed
+            .entry(id.to_string())
+            .or_insert(DeployOutcome::Failed {
+                reason: format!("TaskManager `{id}` was lost: {reason}"),
+                corrupt: false,
+                fatal: false,
+            });
     }
 
     /// The current run, if `run` is it and TaskManager `from` is one of its live hosts.

@@ -27,7 +27,7 @@ use crate::proto;
 use crate::proto::job_manager_message::Body as In;
 use crate::proto::job_manager_service_client::JobManagerServiceClient;
 use crate::proto::task_manager_message::Body as Out;
-use run::{DeployContext, TaskManagerRun};
+use run::{DeployContext, FailureKind, TaskManagerRun};
 
 /// How a session with the JobManager ended.
 enum SessionEnd {
@@ -332,15 +332,17 @@ impl TaskManager {
                     )
                 })
                 .await
-                .unwrap_or_else(|e| Err((format!("the deployment panicked: {e}"), false)));
-                let (error, corrupt_state) = match outcome {
+                .unwrap_or_else(|e| {
+                    Err((format!("the deployment panicked: {e}"), FailureKind::Fatal))
+                });
+                let (error, kind) = match outcome {
                     Ok(run) => {
                         self.run = Some(run);
-                        (String::new(), false)
+                        (String::new(), FailureKind::Retriable)
                     }
-                    Err((error, corrupt)) => {
-                        tracing::warn!(%error, "deployment failed");
-                        (error, corrupt)
+                    Err((error, kind)) => {
+                        tracing::warn!(%error, ?kind, "deployment failed");
+                        (error, kind)
                     }
                 };
                 let _ = tx.send(proto::TaskManagerMessage {
@@ -348,7 +350,8 @@ impl TaskManager {
                     body: Some(Out::Deployed(proto::Deployed {
                         run: run_id.map(Into::into),
                         error,
-                        corrupt_state,
+                        corrupt_state: kind == FailureKind::CorruptState,
+                        fatal: kind == FailureKind::Fatal,
                     })),
                 });
             }

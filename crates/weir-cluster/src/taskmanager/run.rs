@@ -27,8 +27,19 @@ use crate::convert::{decode, encode, run_of, task_event_to_proto};
 use crate::proto;
 use crate::proto::task_manager_message::Body;
 
-/// Why a deployment failed: the message, and whether a state file is damaged.
-pub type DeployFailure = (String, bool);
+/// Why a deployment failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Something this TaskManager or the network could not do now: the run may be retried.
+    Retriable,
+    /// A state file of the restore point is damaged.
+    CorruptState,
+    /// The job cannot run (an operator cannot be created).
+    Fatal,
+}
+
+/// Why a deployment failed: the message, and of what kind.
+pub type DeployFailure = (String, FailureKind);
 
 /// The running tasks of one run here.
 pub struct TaskManagerRun {
@@ -68,7 +79,7 @@ impl TaskManagerRun {
         context: DeployContext<'_>,
         deploy: proto::DeployRun,
     ) -> Result<Self, DeployFailure> {
-        let other = |e: String| (e, false);
+        let other = |e: String| (e, FailureKind::Retriable);
         let job = context.job;
         let me = context.network.id().to_string();
         let run = run_of(deploy.run, "deploy").map_err(|e| other(e.to_string()))?;
@@ -166,11 +177,15 @@ impl TaskManagerRun {
             Ok(tasks) => tasks,
             Err(DeployError::CorruptState(problem)) => {
                 connections.shutdown("the deployment failed");
-                return Err((problem, true));
+                return Err((problem, FailureKind::CorruptState));
+            }
+            Err(DeployError::Unavailable(e)) => {
+                connections.shutdown("the deployment failed");
+                return Err(other(e.to_string()));
             }
             Err(DeployError::Other(e)) => {
                 connections.shutdown("the deployment failed");
-                return Err(other(e.to_string()));
+                return Err((e.to_string(), FailureKind::Fatal));
             }
         };
         connections.seal();

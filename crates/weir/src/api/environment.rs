@@ -177,6 +177,15 @@ impl StreamExecutionEnvironment {
         }
     }
 
+    /// The job declared so far, ready to run (for the runtime's own tests).
+    #[cfg(test)]
+    pub(crate) fn definition(
+        &self,
+        job_name: &str,
+    ) -> Result<crate::runtime::job_definition::JobDefinition, WeirError> {
+        self.builder.borrow_mut().take_definition(job_name)
+    }
+
     /// Runs the jobs of this environment with `executor` instead of the local mini-cluster
     /// (Flink's `PipelineExecutor`); cluster mode sets it from its role flags.
     pub fn set_executor(&self, executor: impl PipelineExecutor + 'static) {

@@ -64,7 +64,10 @@ pub enum DeployError {
     /// A state file of the restore point is damaged or missing (in every copy): what is
     /// wrong, naming the file.
     CorruptState(String),
-    /// Anything else.
+    /// The executors could not take the run now (a TaskManager went away during the
+    /// deployment): a failure of the run, for the restart strategy.
+    Unavailable(WeirError),
+    /// Anything else: the job cannot run (a user operator cannot be created, …).
     Other(WeirError),
 }
 

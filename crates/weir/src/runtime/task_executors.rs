@@ -53,6 +53,17 @@ pub trait TaskExecutors: Send {
         let _ = epoch;
     }
 
+    /// Slots offered now (`None`: as many as needed, as in this process). The JobManager
+    /// waits for enough before it deploys a run.
+    fn offered_slots(&self) -> Option<u32> {
+        None
+    }
+
+    /// How long the JobManager waits for enough slots before the run counts as failed.
+    fn slot_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Deploys and starts every task of a run. Returns once every task is deployed; an error
     /// leaves nothing of the run running.
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError>;

@@ -1,13 +1,12 @@
-//! One run ("attempt") of a job's tasks: deployment, the event loop that drives it — task
-//! events, client commands, checkpoint timers — and how it ended.
+//! One run ("attempt") of a job's tasks: deploying it, the tasks' reports, and what its end
+//! means.
 
 use std::collections::{BTreeSet, HashMap};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
-use super::{JobCommand, JobMaster};
+use super::{JobMaster, JobPhase};
 use crate::checkpoint::coordinator::{Acknowledgement, Participant};
 use crate::error::{OperatorFailure, SubtaskDisplay, TaskError, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
@@ -18,22 +17,25 @@ use crate::runtime::network::frame::RunId;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
-use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task::{TaskControl, TaskEvent};
 use crate::runtime::task_executors::{DeployedRun, ReaderEndpoints, RunRequest};
 
 /// How one run of the job's tasks ended.
 pub(super) enum AttemptEnd {
     /// Ran to its end; the final checkpoint, if one was taken.
-    Finished(Vec<OperatorMetrics>, Option<u64>),
+    Finished(Option<u64>),
     /// Stopped with the savepoint of this id, at this location.
-    Stopped(Vec<OperatorMetrics>, u64, String),
-    Cancelled(Vec<OperatorMetrics>),
+    Stopped(u64, String),
+    Cancelled,
     Failed(WeirError),
 }
 
-/// The running tasks of one attempt and what the job manager tracks about them.
+/// The running tasks of one run and what the job manager tracks about them.
 pub(super) struct Attempt {
+    /// Which run (the attempt number of its `RunId`).
+    pub(super) number: u64,
+    /// The tasks' reports.
+    pub(super) events: Receiver<TaskEvent>,
     /// Cancels the source coordinators.
     pub(super) cancel: Option<CancelHandle>,
     /// The run's tasks, wherever they run.
@@ -47,29 +49,15 @@ pub(super) struct Attempt {
     pub(super) metrics: Vec<OperatorMetrics>,
     pub(super) root_cause: Option<(String, SubtaskRef, TaskError)>,
     pub(super) secondary: Option<(String, SubtaskRef, TaskError)>,
-    pub(super) job_error: Option<WeirError>,
     pub(super) threads: Vec<JoinHandle<()>>,
-    /// The pending savepoint of a stop-with-savepoint, and how it stops the job.
-    pub(super) stop_savepoint: Option<(u64, StopMode)>,
-    /// The savepoint a stop-with-savepoint completed: id and location.
-    pub(super) stopped_with: Option<(u64, String)>,
-    pub(super) cancelled: bool,
-    /// Set once the tasks are being cancelled or stopped.
-    pub(super) stopping: bool,
     /// Source subtasks, and those that have read all their input.
     pub(super) source_tasks: BTreeSet<SubtaskRef>,
     pub(super) sources_at_end: BTreeSet<SubtaskRef>,
-    /// The final checkpoint, once triggered.
-    pub(super) final_checkpoint: Option<u64>,
-    /// All input is read but the final checkpoint waits for a pending one to finish, so
-    /// that its barrier never overtakes the previous checkpoint's completion notice (a
-    /// sink's pre-commit may need the previous transaction committed).
-    pub(super) final_due: bool,
 }
 
 impl Attempt {
+    /// Cancels the tasks and the coordinators.
     pub(super) fn cancel_tasks(&mut self) {
-        self.stopping = true;
         drop(self.cancel.take());
         if let Some(run) = self.run.as_mut() {
             run.cancel();
@@ -80,7 +68,6 @@ impl Attempt {
     /// the savepoint's completion notice is delivered first, and ends the tasks waiting at
     /// its barrier).
     pub(super) fn stop_tasks(&mut self) {
-        self.stopping = true;
         if let Some(run) = &self.run {
             run.broadcast(TaskControl::Stop);
         }
@@ -108,25 +95,35 @@ impl Attempt {
             .collect()
     }
 
-    pub(super) fn is_stopping(&self) -> bool {
-        self.stopping
+    /// Whether every source has read all its input.
+    pub(super) fn sources_all_at_end(&self) -> bool {
+        self.sources_at_end == self.source_tasks
     }
 
-    /// Whether `id` is the savepoint of a pending stop-with-savepoint.
-    pub(super) fn is_stop_savepoint(&self, id: u64) -> bool {
-        self.stop_savepoint.is_some_and(|(stop, _)| stop == id)
+    /// Releases the coordinators, cancels what still runs, and waits for every thread.
+    fn tear_down(&mut self) {
+        // Source coordinators serve until their attempt ends.
+        self.coordinator_controls.clear();
+        self.cancel_tasks();
+        if let Some(run) = self.run.take() {
+            run.join();
+        }
+        for thread in std::mem::take(&mut self.threads) {
+            let _ = thread.join();
+        }
     }
 }
 
 impl JobMaster {
-    pub(super) fn spawn(
-        &mut self,
-        restore: Option<&RestorePoint>,
-    ) -> Result<(Attempt, Receiver<TaskEvent>), DeployError> {
+    /// Deploys a run of the job's tasks from `restore` and starts its coordinators.
+    pub(super) fn spawn(&mut self, restore: Option<&RestorePoint>) -> Result<Attempt, DeployError> {
         let (cancel_handle, cancel) = cancel_pair();
         let coordinators = create_coordinators(&self.job, &cancel, restore)?;
         let (events_tx, events) = crossbeam_channel::unbounded();
+        self.runs += 1;
         let mut attempt = Attempt {
+            number: self.runs,
+            events,
             cancel: Some(cancel_handle),
             run: None,
             coordinator_controls: Vec::new(),
@@ -136,16 +133,9 @@ impl JobMaster {
             metrics: Vec::new(),
             root_cause: None,
             secondary: None,
-            job_error: None,
             threads: Vec::new(),
-            stop_savepoint: None,
-            stopped_with: None,
-            cancelled: false,
-            stopping: false,
             source_tasks: BTreeSet::new(),
             sources_at_end: BTreeSet::new(),
-            final_checkpoint: None,
-            final_due: false,
         };
         let mut readers = ReaderEndpoints::new();
         let mut runners = Vec::new();
@@ -153,7 +143,6 @@ impl JobMaster {
             readers.insert(c.node, c.readers.into_iter().map(Some).collect());
             runners.push((c.node, c.name, c.runner));
         }
-        self.runs += 1;
         let run = self.executors.start_run(RunRequest {
             job: &self.job,
             run: RunId {
@@ -161,10 +150,7 @@ impl JobMaster {
                 attempt: self.runs,
             },
             restore,
-            storage: self
-                .store
-                .as_ref()
-                .map(crate::checkpoint::completed_store::CompletedCheckpointStore::storage),
+            storage: self.storage.as_ref(),
             fencing: &self.fencing,
             events: events_tx.clone(),
             readers,
@@ -199,70 +185,38 @@ impl JobMaster {
             match handle {
                 Ok(h) => attempt.threads.push(h),
                 Err(e) => {
-                    attempt.cancel_tasks();
+                    attempt.tear_down();
                     return Err(e);
                 }
             }
         }
-        Ok((attempt, events))
+        Ok(attempt)
     }
 
-    pub(super) fn run_attempt(
-        &mut self,
-        restore: Option<&RestorePoint>,
-    ) -> Result<AttemptEnd, DeployError> {
-        let (mut attempt, events) = self.spawn(restore)?;
-        if let Some(point) = restore {
-            self.restored_from.push(point.checkpoint_id);
-        }
-        tracing::info!(job = %self.job_name(), tasks = attempt.running.len(),
-            restored_from = restore.map(|r| r.checkpoint_id), "job running");
-        self.coordinator.reset_timer(Instant::now());
-        while !attempt.running.is_empty() {
-            let now = Instant::now();
-            // A due checkpoint that cannot start must not make this loop spin.
-            let may_trigger =
-                self.may_trigger_periodic(&attempt) && self.coordinator.has_capacity();
-            let due = self.coordinator.next_due().filter(|_| may_trigger);
-            let wake = [due, self.coordinator.next_expiry()]
-                .into_iter()
-                .flatten()
-                .min()
-                .map_or(Duration::from_millis(200), |t| {
-                    t.saturating_duration_since(now)
-                })
-                .min(Duration::from_millis(200));
-            select! {
-                recv(events) -> event => match event {
-                    Ok(event) => self.on_event(event, &mut attempt),
-                    Err(_) => break,
-                },
-                recv(self.commands) -> command => match command {
-                    Ok(command) => self.on_command(command, &mut attempt),
-                    // The client is gone: the job runs on, detached.
-                    Err(_) => self.commands = crossbeam_channel::never(),
-                },
-                default(wake) => {}
-            }
-            self.on_timers(&mut attempt);
-        }
-        // Source coordinators serve until their attempt ends; release them, then join.
-        attempt.coordinator_controls.clear();
-        attempt.cancel_tasks();
-        if let Some(run) = attempt.run.take() {
-            run.join();
-        }
-        for thread in std::mem::take(&mut attempt.threads) {
-            let _ = thread.join();
-        }
-        Ok(self.attempt_end(attempt))
+    /// Every task of the run has ended: tears it down and decides what follows.
+    pub(super) fn end_attempt(&mut self) {
+        let Some(mut attempt) = self.attempt.take() else {
+            return;
+        };
+        attempt.tear_down();
+        let end = self.attempt_end(&mut attempt);
+        self.metrics = std::mem::take(&mut attempt.metrics);
+        self.after_attempt(end);
     }
 
-    pub(super) fn attempt_end(&mut self, attempt: Attempt) -> AttemptEnd {
-        if let Some(error) = attempt.job_error {
+    /// What the run's end means, from the phase and what its tasks reported.
+    fn attempt_end(&mut self, attempt: &mut Attempt) -> AttemptEnd {
+        let phase = std::mem::replace(&mut self.phase, JobPhase::Ended);
+        // A cancellation wins over the failures it causes or meets.
+        if matches!(phase, JobPhase::Cancelling) {
+            return AttemptEnd::Cancelled;
+        }
+        if let JobPhase::Failing { error: Some(error) } = phase {
             return AttemptEnd::Failed(error);
         }
-        if let Some((task_name, task, error)) = attempt.root_cause.or(attempt.secondary) {
+        if let Some((task_name, task, error)) =
+            attempt.root_cause.take().or(attempt.secondary.take())
+        {
             let vertex = &self.job.plan.job_graph.vertices[task.vertex.index()];
             let (operator, cause) = match error {
                 TaskError::Operator { operator, cause } => (operator, *cause),
@@ -281,16 +235,20 @@ impl JobMaster {
                 }),
             });
         }
-        if let Some((id, path)) = attempt.stopped_with {
-            return AttemptEnd::Stopped(attempt.metrics, id, path);
+        match phase {
+            JobPhase::Stopping {
+                savepoint,
+                location,
+            } => AttemptEnd::Stopped(savepoint, location),
+            JobPhase::Finishing { final_checkpoint } => AttemptEnd::Finished(final_checkpoint),
+            _ => AttemptEnd::Finished(None),
         }
-        if attempt.cancelled {
-            return AttemptEnd::Cancelled(attempt.metrics);
-        }
-        AttemptEnd::Finished(attempt.metrics, attempt.final_checkpoint)
     }
 
-    pub(super) fn on_event(&mut self, event: TaskEvent, attempt: &mut Attempt) {
+    pub(super) fn on_task_event(&mut self, event: TaskEvent) {
+        let Some(attempt) = self.attempt.as_mut() else {
+            return;
+        };
         match event {
             TaskEvent::Finished { task, metrics } => {
                 attempt.running.remove(&task);
@@ -305,14 +263,14 @@ impl JobMaster {
                     "{} finished before acknowledging",
                     attempt.names.get(&task).map_or("a task", String::as_str)
                 );
-                for pending in self.coordinator.abort_awaiting(
-                    Participant::Task(task),
-                    &reason,
-                    Instant::now(),
-                ) {
-                    attempt.notify(CheckpointNotification::Aborted(pending.id()));
+                let now = self.clock.now();
+                for pending in
+                    self.coordinator
+                        .abort_awaiting(Participant::Task(task), &reason, now)
+                {
+                    self.notify(CheckpointNotification::Aborted(pending.id()));
                     self.discard(&pending.location);
-                    self.answer_savepoint(pending.id(), Err(reason.clone()), attempt);
+                    self.answer_savepoint(pending.id(), Err(reason.clone()));
                 }
             }
             TaskEvent::Failed {
@@ -323,7 +281,26 @@ impl JobMaster {
                 attempt.running.remove(&task);
                 attempt.metrics.extend(metrics);
                 let name = attempt.names.get(&task).cloned().unwrap_or_default();
-                self.record_failure(attempt, name, task, error);
+                self.record_failure(name, task, error);
+            }
+            TaskEvent::Lost {
+                tasks,
+                taskmanager,
+                reason,
+            } => {
+                for task in tasks {
+                    let Some(attempt) = self.attempt.as_mut() else {
+                        return;
+                    };
+                    if attempt.running.remove(&task) {
+                        let name = attempt.names.get(&task).cloned().unwrap_or_default();
+                        let error = TaskError::TaskManagerLost {
+                            taskmanager: taskmanager.clone(),
+                            reason: reason.clone(),
+                        };
+                        self.record_failure(name, task, error);
+                    }
+                }
             }
             TaskEvent::CoordinatorFailed { node, error } => {
                 let vertex = self.job.plan.job_graph.vertex_of_node[node.index()];
@@ -331,13 +308,13 @@ impl JobMaster {
                     "{} (coordinator)",
                     self.job.plan.stream_graph.node(node).name
                 );
-                self.record_failure(attempt, name, SubtaskRef { vertex, subtask: 0 }, error);
+                self.record_failure(name, SubtaskRef { vertex, subtask: 0 }, error);
             }
             TaskEvent::Acknowledge {
                 task,
                 checkpoint_id,
                 ack,
-            } => self.on_ack(checkpoint_id, Participant::Task(task), ack, attempt),
+            } => self.on_ack(checkpoint_id, Participant::Task(task), ack),
             TaskEvent::CoordinatorAcknowledge {
                 node,
                 checkpoint_id,
@@ -346,7 +323,6 @@ impl JobMaster {
                 checkpoint_id,
                 Participant::Coordinator(node),
                 Acknowledgement::Coordinator { state },
-                attempt,
             ),
             TaskEvent::Decline {
                 task,
@@ -359,49 +335,24 @@ impl JobMaster {
                     checkpoint_id,
                     &format!("declined by {name}: {reason}"),
                     !subsumed,
-                    attempt,
                 );
-            }
-            TaskEvent::Lost {
-                tasks,
-                taskmanager,
-                reason,
-            } => {
-                for task in tasks {
-                    if attempt.running.remove(&task) {
-                        let name = attempt.names.get(&task).cloned().unwrap_or_default();
-                        let error = TaskError::TaskManagerLost {
-                            taskmanager: taskmanager.clone(),
-                            reason: reason.clone(),
-                        };
-                        self.record_failure(attempt, name, task, error);
-                    }
-                }
             }
             TaskEvent::EndOfInput { task } => {
                 attempt.sources_at_end.insert(task);
-                if attempt.sources_at_end == attempt.source_tasks
-                    && attempt.final_checkpoint.is_none()
-                    && !attempt.is_stopping()
-                {
-                    if self.coordinator.pending_ids().is_empty() {
-                        self.trigger_final(attempt);
-                    } else {
-                        attempt.final_due = true;
-                    }
+                if attempt.sources_all_at_end() && matches!(self.phase, JobPhase::Running) {
+                    self.input_ended();
                 }
             }
         }
     }
 
-    pub(super) fn record_failure(
-        &mut self,
-        attempt: &mut Attempt,
-        name: String,
-        task: SubtaskRef,
-        error: TaskError,
-    ) {
-        if attempt.is_stopping() && error.is_secondary() {
+    /// A task failed (or was lost): the first real cause is kept for the report, and the
+    /// run is torn down; failures that only follow from a teardown are no news.
+    pub(super) fn record_failure(&mut self, name: String, task: SubtaskRef, error: TaskError) {
+        let Some(attempt) = self.attempt.as_mut() else {
+            return;
+        };
+        if self.phase.is_stopping() && error.is_secondary() {
             return;
         }
         let slot = if error.is_secondary() {
@@ -412,77 +363,28 @@ impl JobMaster {
         if slot.is_none() {
             *slot = Some((name, task, error));
         }
+        if !matches!(self.phase, JobPhase::Cancelling | JobPhase::Failing { .. }) {
+            self.phase = JobPhase::Failing { error: None };
+        }
         attempt.cancel_tasks();
     }
 
-    pub(super) fn on_command(&mut self, command: JobCommand, attempt: &mut Attempt) {
-        match command {
-            JobCommand::TriggerSavepoint(reply) => {
-                match self.trigger(SnapshotType::Savepoint, attempt) {
-                    Ok(id) => {
-                        self.savepoint_waiters.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
-            }
-            JobCommand::StopWithSavepoint(mode, reply) => match self.trigger_stop(mode, attempt) {
-                Ok(id) => {
-                    tracing::info!(job = %self.job_name(), savepoint = id, ?mode, "stopping with a savepoint");
-                    attempt.stop_savepoint = Some((id, mode));
-                    self.savepoint_waiters.insert(id, reply);
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
-            JobCommand::Cancel => {
-                tracing::info!(job = %self.job_name(), "cancelling job");
-                attempt.cancelled = true;
-                attempt.cancel_tasks();
-                self.fail_pending("job cancelled");
-            }
-            JobCommand::History(reply) => {
-                let _ = reply.send(self.coordinator.history().clone());
-            }
+    /// Sends `notification` to the current run's tasks and coordinators.
+    pub(super) fn notify(&self, notification: CheckpointNotification) {
+        if let Some(attempt) = &self.attempt {
+            attempt.notify(notification);
         }
     }
 
-    /// Whether periodic checkpoints may be triggered in this attempt.
-    pub(super) fn may_trigger_periodic(&self, attempt: &Attempt) -> bool {
-        // Nothing may complete after a stop-with-savepoint's savepoint: the job ends there.
-        attempt.stop_savepoint.is_none()
-            && !attempt.is_stopping()
-            && !attempt.checkpoints_disabled
-            && attempt.final_checkpoint.is_none()
-            && !attempt.final_due
-    }
-
-    pub(super) fn on_timers(&mut self, attempt: &mut Attempt) {
-        if attempt.is_stopping() {
-            return;
+    /// Fails the run with `error` (the job's, not a task's), unless it already fails.
+    pub(super) fn fail_run(&mut self, error: WeirError) {
+        match &mut self.phase {
+            JobPhase::Failing { error: slot @ None } => *slot = Some(error),
+            JobPhase::Failing { .. } | JobPhase::Cancelling => {}
+            _ => self.phase = JobPhase::Failing { error: Some(error) },
         }
-        if attempt.final_due && self.coordinator.pending_ids().is_empty() {
-            attempt.final_due = false;
-            self.trigger_final(attempt);
-        }
-        let now = Instant::now();
-        for id in self.coordinator.expired(now) {
-            let timeout = self.job.config.checkpoint.timeout;
-            self.abort_checkpoint(id, &format!("expired after {timeout:?}"), true, attempt);
-        }
-        if self.may_trigger_periodic(attempt) && self.coordinator.should_trigger(now) {
-            match self.trigger(SnapshotType::Checkpoint, attempt) {
-                Ok(_) => {}
-                // Another process holds the job now: this one stops.
-                Err(WeirError::Fenced(fenced)) => self.fenced(fenced, attempt),
-                Err(e) => {
-                    let reason = format!("cannot trigger checkpoint: {e}");
-                    tracing::warn!("{reason}");
-                    self.check_tolerance(&reason, attempt);
-                }
-            }
+        if let Some(attempt) = self.attempt.as_mut() {
+            attempt.cancel_tasks();
         }
     }
 }

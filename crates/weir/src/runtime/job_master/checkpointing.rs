@@ -1,16 +1,17 @@
 //! Checkpoints and savepoints from the job manager's side: triggering them at the sources,
 //! collecting acknowledgements, and completing them in the order recovery relies on —
-//! metadata, then the job record, then the completion notices — or aborting them.
+//! metadata, then the job record (both on the storage worker), then the completion notices
+//! — or aborting them.
 
 use std::time::Instant;
 
-use super::attempt::Attempt;
-use super::JobMaster;
+use super::store_io::{FinalizeOutcome, StoreReply};
+use super::{Finalizing, JobMaster, JobPhase};
 use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::coordinator::{AckOutcome, Acknowledgement, Participant, PendingCheckpoint};
 use crate::checkpoint::savepoint::Savepoint;
 use crate::error::WeirError;
-use crate::runtime::snapshot::{now_millis, CheckpointNotification};
+use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 
@@ -25,8 +26,24 @@ pub(super) enum Finality {
 }
 
 impl JobMaster {
+    /// Whether a periodic checkpoint may start now.
+    pub(super) fn may_trigger_periodic(&self) -> bool {
+        self.phase.may_trigger_periodic()
+            && self.finalizing.is_empty()
+            && self
+                .attempt
+                .as_ref()
+                .is_some_and(|a| !a.checkpoints_disabled)
+    }
+
+    /// Whether the job takes a final checkpoint when its input ends.
+    fn takes_final_checkpoint(&self) -> bool {
+        self.storage.is_some() && self.job.config.checkpoint.interval.is_some()
+    }
+
+    /// Aborts every pending checkpoint (the run is failing or ending).
     pub(super) fn fail_pending(&mut self, reason: &str) {
-        let now = Instant::now();
+        let now = self.clock.now();
         for pending in self.coordinator.abort_all(reason, now) {
             self.discard(&pending.location);
             if let Some(waiter) = self.savepoint_waiters.remove(&pending.id()) {
@@ -38,60 +55,43 @@ impl JobMaster {
         }
     }
 
+    /// Deletes a location (on the worker; best effort, a leftover goes at the next start).
+    pub(super) fn discard(&mut self, location: &str) {
+        let location = location.to_string();
+        self.io.submit(move |context| {
+            if let Some(store) = &context.store {
+                store.discard(&location);
+            }
+            None
+        });
+    }
+
+    /// Takes a savepoint (`stop`: of a stop-with-savepoint) or checkpoint now, if the phase
+    /// allows it.
     pub(super) fn trigger(
         &mut self,
         kind: SnapshotType,
-        attempt: &Attempt,
+        last: Option<Finality>,
     ) -> Result<u64, WeirError> {
-        if attempt.final_checkpoint.is_some() {
-            return Err(WeirError::InvalidRequest(
-                "the job has read all its input and is finishing; no more checkpoints can be taken"
-                    .into(),
-            ));
+        let stop = matches!(last, Some(Finality::Stop(_)));
+        if kind == SnapshotType::Savepoint || stop {
+            if let Some(reason) = self.phase.refuses_savepoint(stop) {
+                return Err(WeirError::InvalidRequest(reason));
+            }
         }
-        // The sources stop at a stop-with-savepoint's barrier and take no checkpoint after
-        // it until it fails: a later one could never complete, and nothing may complete after
-        // the stop's savepoint anyway.
-        if let Some((id, _)) = attempt.stop_savepoint {
-            return Err(WeirError::InvalidRequest(format!(
-                "the job is stopping with savepoint {id}; no more checkpoints can be taken"
-            )));
-        }
-        self.start_checkpoint(kind, attempt, None)
-    }
-
-    /// Triggers the savepoint of a stop-with-savepoint: its barrier tells every source to
-    /// stop (and, with drain, to end its input) right after it.
-    pub(super) fn trigger_stop(
-        &mut self,
-        mode: StopMode,
-        attempt: &Attempt,
-    ) -> Result<u64, WeirError> {
-        if attempt.final_checkpoint.is_some() {
-            return Err(WeirError::InvalidRequest(
-                "the job has read all its input and is finishing; it cannot be stopped with a savepoint"
-                    .into(),
-            ));
-        }
-        if let Some((id, _)) = attempt.stop_savepoint {
-            return Err(WeirError::InvalidRequest(format!(
-                "the job is already stopping with savepoint {id}"
-            )));
-        }
-        self.start_checkpoint(SnapshotType::Savepoint, attempt, Some(Finality::Stop(mode)))
+        self.start_checkpoint(kind, last)
     }
 
     /// Starts a checkpoint or savepoint: the coordinator's bookkeeping, then the trigger to
     /// every source coordinator.
-    pub(super) fn start_checkpoint(
+    fn start_checkpoint(
         &mut self,
         kind: SnapshotType,
-        attempt: &Attempt,
         last: Option<Finality>,
     ) -> Result<u64, WeirError> {
         // A job without a storage is one without periodic checkpoints whose storage is in
         // memory: only a savepoint can be asked of it, and it has nowhere to go.
-        let storage = self.storage().cloned().filter(|_| {
+        let storage = self.storage.clone().filter(|_| {
             kind == SnapshotType::Checkpoint
                 || self.job.config.checkpoint.storage != CheckpointStorageConfig::Memory
         });
@@ -102,17 +102,20 @@ impl JobMaster {
                     .into(),
             ));
         };
-        if attempt.checkpoints_disabled || attempt.is_stopping() {
+        let Some(attempt) = self.attempt.as_ref().filter(|a| !a.checkpoints_disabled) else {
             return Err(WeirError::InvalidRequest(
                 "an operator has finished or the job is stopping; no more checkpoints can be taken"
                     .into(),
             ));
-        }
+        };
+        let participants = attempt.participants();
         let id = self.coordinator.next_id();
+        // Creating the location is the one storage call on the loop: a directory, or a
+        // marker object.
         let location = match storage.init_location(id, kind) {
             Ok(location) => location,
             Err(e) => {
-                self.coordinator.trigger_failed(kind, Instant::now());
+                self.coordinator.trigger_failed(kind, self.clock.now());
                 // The id taken by someone else means another process writes here: if it
                 // holds the job now, this one stops.
                 if let Err(fenced) = self.fencing.check() {
@@ -121,13 +124,10 @@ impl JobMaster {
                 return Err(e.into());
             }
         };
-        let mut barrier = self.coordinator.start(
-            Instant::now(),
-            now_millis(),
-            kind,
-            attempt.participants(),
-            location,
-        );
+        let now = self.clock.now();
+        let mut barrier =
+            self.coordinator
+                .start(now, self.clock.unix_millis(), kind, participants, location);
         match last {
             Some(Finality::Final) => barrier = self.coordinator.mark_final(id).unwrap_or(barrier),
             Some(Finality::Stop(mode)) => {
@@ -136,94 +136,96 @@ impl JobMaster {
             None => {}
         }
         tracing::debug!(checkpoint = id, ?kind, ?last, "triggering");
-        for (_, control) in &attempt.coordinator_controls {
-            let _ = control.send(CoordinatorControl::Trigger(barrier));
+        if let Some(attempt) = &self.attempt {
+            for (_, control) in &attempt.coordinator_controls {
+                let _ = control.send(CoordinatorControl::Trigger(barrier));
+            }
         }
         Ok(id)
     }
 
-    pub(super) fn on_ack(
-        &mut self,
-        id: u64,
-        who: Participant,
-        ack: Acknowledgement,
-        attempt: &mut Attempt,
-    ) {
+    pub(super) fn on_ack(&mut self, id: u64, who: Participant, ack: Acknowledgement) {
         if let AckOutcome::AllAcknowledged(pending) = self.coordinator.acknowledge(id, who, ack) {
-            self.finalize(*pending, attempt);
+            self.finalize(*pending);
         }
     }
 
-    pub(super) fn abort_checkpoint(
-        &mut self,
-        id: u64,
-        reason: &str,
-        count_as_failure: bool,
-        attempt: &mut Attempt,
-    ) {
-        let Some(pending) = self
-            .coordinator
-            .abort(id, reason, count_as_failure, Instant::now())
-        else {
+    pub(super) fn abort_checkpoint(&mut self, id: u64, reason: &str, count_as_failure: bool) {
+        let now = self.clock.now();
+        let Some(pending) = self.coordinator.abort(id, reason, count_as_failure, now) else {
             return;
         };
         tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
-        attempt.notify(CheckpointNotification::Aborted(id));
+        self.notify(CheckpointNotification::Aborted(id));
         self.discard(&pending.location);
-        self.answer_savepoint(id, Err(reason.to_string()), attempt);
-        self.check_tolerance(reason, attempt);
-        self.check_final(id, reason, attempt);
+        self.answer_savepoint(id, Err(reason.to_string()));
+        self.check_tolerance(reason);
+        self.check_final(id, reason);
     }
 
     /// The final checkpoint failed: the sinks' last transactions cannot be committed, so the
     /// job fails and recovers from its latest completed checkpoint.
-    pub(super) fn check_final(&mut self, id: u64, reason: &str, attempt: &mut Attempt) {
-        if attempt.final_checkpoint == Some(id) && attempt.job_error.is_none() {
-            attempt.job_error = Some(WeirError::InvalidRequest(format!(
+    fn check_final(&mut self, id: u64, reason: &str) {
+        if matches!(self.phase, JobPhase::Finishing { final_checkpoint: Some(f) } if f == id) {
+            let error = WeirError::InvalidRequest(format!(
                 "the final checkpoint {id} of job `{}` failed: {reason}",
                 self.job_name()
-            )));
-            attempt.cancel_tasks();
+            ));
+            self.fail_run(error);
         }
     }
 
-    /// Every source has read all its input: take the final checkpoint, after which the
-    /// sources end and every task finishes once it completes.
-    pub(super) fn trigger_final(&mut self, attempt: &mut Attempt) {
-        if self.store.is_none() || self.job.config.checkpoint.interval.is_none() {
+    /// Every source has read all its input: take the final checkpoint (after which the
+    /// sources end and every task finishes once it completes), as soon as no other
+    /// checkpoint is in flight — so that its barrier never overtakes the previous
+    /// checkpoint's completion notice (a sink's pre-commit may need the previous
+    /// transaction committed).
+    pub(super) fn input_ended(&mut self) {
+        self.phase = JobPhase::Finishing {
+            final_checkpoint: None,
+        };
+        self.trigger_final_when_idle();
+    }
+
+    fn trigger_final_when_idle(&mut self) {
+        if !matches!(
+            self.phase,
+            JobPhase::Finishing {
+                final_checkpoint: None
+            }
+        ) || !self.takes_final_checkpoint()
+            || !self.coordinator.pending_ids().is_empty()
+            || !self.finalizing.is_empty()
+        {
             return;
         }
-        match self.start_checkpoint(SnapshotType::Checkpoint, attempt, Some(Finality::Final)) {
+        match self.start_checkpoint(SnapshotType::Checkpoint, Some(Finality::Final)) {
             Ok(id) => {
                 tracing::info!(job = %self.job_name(), checkpoint = id, "all input read; taking the final checkpoint");
-                attempt.final_checkpoint = Some(id);
+                self.phase = JobPhase::Finishing {
+                    final_checkpoint: Some(id),
+                };
             }
-            Err(e) => {
-                attempt.job_error = Some(WeirError::InvalidRequest(format!(
-                    "cannot take the final checkpoint: {e}"
-                )));
-                attempt.cancel_tasks();
-            }
+            Err(e) => self.fail_run(WeirError::InvalidRequest(format!(
+                "cannot take the final checkpoint: {e}"
+            ))),
         }
     }
 
-    pub(super) fn check_tolerance(&mut self, reason: &str, attempt: &mut Attempt) {
-        if self.coordinator.failures_exceed_tolerance() && attempt.job_error.is_none() {
-            attempt.job_error = Some(WeirError::InvalidRequest(format!(
+    fn check_tolerance(&mut self, reason: &str) {
+        if self.coordinator.failures_exceed_tolerance() {
+            let error = WeirError::InvalidRequest(format!(
                 "job `{}` exceeded the tolerable checkpoint failures ({} in a row); last: {reason}",
                 self.job_name(),
                 self.coordinator.consecutive_failures()
-            )));
-            attempt.cancel_tasks();
+            ));
+            self.fail_run(error);
         }
     }
 
-    pub(super) fn answer_savepoint(
-        &mut self,
-        id: u64,
-        result: Result<String, String>,
-        attempt: &mut Attempt,
-    ) {
+    /// Answers whoever waits for savepoint `id`; for a stop-with-savepoint, completes the
+    /// stop or (without drain) returns to running.
+    pub(super) fn answer_savepoint(&mut self, id: u64, result: Result<String, String>) {
         if let Some(waiter) = self.savepoint_waiters.remove(&id) {
             let _ = waiter.send(
                 result
@@ -234,62 +236,57 @@ impl JobMaster {
                     }),
             );
         }
-        if let Some((stop, mode)) = attempt.stop_savepoint.filter(|(stop, _)| *stop == id) {
-            attempt.stop_savepoint = None;
-            match result {
-                Ok(location) => {
-                    tracing::info!(job = %self.job_name(), savepoint = %location, "stopping job after savepoint");
-                    attempt.stopped_with = Some((stop, location));
-                    // Tasks wait at the savepoint's barrier for its completion notice, commit
-                    // what it covers (Flink's synchronous savepoint) and end; the stop after it
-                    // only reaches a task that did not end by itself.
-                    attempt.notify(CheckpointNotification::Complete(stop));
+        let JobPhase::StoppingWithSavepoint { savepoint, mode } = self.phase else {
+            return;
+        };
+        if savepoint != id {
+            return;
+        }
+        match result {
+            Ok(location) => {
+                tracing::info!(job = %self.job_name(), savepoint = %location, "stopping job after savepoint");
+                self.phase = JobPhase::Stopping {
+                    savepoint,
+                    location,
+                };
+                // Tasks wait at the savepoint's barrier for its completion notice, commit
+                // what it covers (Flink's synchronous savepoint) and end; the stop after it
+                // only reaches a task that did not end by itself.
+                self.notify(CheckpointNotification::Complete(savepoint));
+                if let Some(attempt) = self.attempt.as_mut() {
                     attempt.stop_tasks();
                 }
-                // Without drain the sources resume reading at the abort notice and the job
-                // runs on. With drain every operator has ended its input already and cannot
-                // take records again: the job fails over to its latest restore point.
-                Err(reason) if mode == StopMode::Drain && attempt.job_error.is_none() => {
-                    attempt.job_error = Some(WeirError::InvalidRequest(format!(
-                        "stop-with-savepoint --drain of job `{}` failed: savepoint {stop}: {reason}",
-                        self.job_name()
-                    )));
-                    attempt.cancel_tasks();
+            }
+            // With drain every operator has ended its input already and cannot take records
+            // again: the job fails over to its latest restore point.
+            Err(reason) if mode == StopMode::Drain => {
+                let error = WeirError::InvalidRequest(format!(
+                    "stop-with-savepoint --drain of job `{}` failed: savepoint {savepoint}: {reason}",
+                    self.job_name()
+                ));
+                self.fail_run(error);
+            }
+            // Without drain the sources resume reading at the abort notice and the job runs
+            // on — into its final checkpoint, if its input ended meanwhile.
+            Err(_) => {
+                self.phase = JobPhase::Running;
+                if self
+                    .attempt
+                    .as_ref()
+                    .is_some_and(|a| a.sources_all_at_end())
+                {
+                    self.input_ended();
                 }
-                Err(_) => {}
             }
         }
     }
 
-    /// This process lost its job (or cannot tell): nothing more may be committed, so the
-    /// attempt fails with the reason, and the restart loop stops if the loss is final.
-    pub(super) fn fenced(
-        &mut self,
-        error: crate::checkpoint::fencing::FencedError,
-        attempt: &mut Attempt,
-    ) {
-        if attempt.job_error.is_none() {
-            attempt.job_error = Some(error.into());
-        }
-        attempt.cancel_tasks();
-    }
-
-    /// Every participant acknowledged: completes the checkpoint — metadata, then the job
-    /// record (before any sink hears of it, so that recovery knows what sinks may have
-    /// committed), then the completion notices — or aborts it if any step fails.
-    fn finalize(&mut self, pending: PendingCheckpoint, attempt: &mut Attempt) {
-        let now = Instant::now();
+    /// Every participant acknowledged: the storage worker writes the metadata, then the job
+    /// record; the completion notices wait for its reply.
+    fn finalize(&mut self, pending: PendingCheckpoint) {
         let id = pending.id();
         let kind = pending.barrier.snapshot_type;
-        if let Err(fenced) = self.fencing.check() {
-            let reason = fenced.to_string();
-            self.coordinator.finalize_failed(&pending, &reason, now);
-            attempt.notify(CheckpointNotification::Aborted(id));
-            self.answer_savepoint(id, Err(reason), attempt);
-            self.fenced(fenced, attempt);
-            return;
-        }
-        let graph = self.job.plan.stream_graph.clone();
+        let graph = &self.job.plan.stream_graph;
         let metadata = pending.to_metadata(&graph.job_name, self.fencing.epoch(), |node| {
             let n = graph.node(node);
             (
@@ -302,61 +299,157 @@ impl JobMaster {
         let retained = self.job.config.checkpoint.retained;
         // A stop-with-savepoint's savepoint commits output (its notice goes out before the
         // job stops), so it becomes a restore point like a checkpoint.
-        let recorded = kind == SnapshotType::Checkpoint || attempt.is_stop_savepoint(id);
-        // Which step failed matters: once the metadata is durable, a failed record write may
-        // still have named the checkpoint on disk, so its files must stay.
-        let mut metadata_written = false;
-        let written = match &mut self.store {
-            Some(store) => store
-                .storage()
-                .write_metadata(&pending.location, &metadata)
-                .map_err(WeirError::from)
-                .and_then(|()| {
-                    metadata_written = true;
-                    if recorded {
-                        store.add_completed(id, kind, &pending.location, retained)
-                    } else {
-                        Ok(())
-                    }
-                }),
-            None => Err(WeirError::InvalidRequest("no checkpoint storage".into())),
+        let recorded = kind == SnapshotType::Checkpoint
+            || matches!(self.phase, JobPhase::StoppingWithSavepoint { savepoint, .. } if savepoint == id);
+        let location = pending.location.clone();
+        let run = self.attempt.as_ref().map_or(0, |a| a.number);
+        self.finalizing.insert(
+            id,
+            Finalizing {
+                pending,
+                run,
+                recorded,
+            },
+        );
+        self.io.submit(move |context| {
+            let Some(store) = context.store.as_mut() else {
+                return Some(StoreReply::Finalized {
+                    id,
+                    outcome: FinalizeOutcome::Failed {
+                        error: WeirError::InvalidRequest("no checkpoint storage".into()),
+                        metadata_written: false,
+                    },
+                });
+            };
+            if let Err(fenced) = store.fencing().check() {
+                return Some(StoreReply::Finalized {
+                    id,
+                    outcome: FinalizeOutcome::Fenced(fenced),
+                });
+            }
+            // Which step failed matters: once the metadata is durable, a failed record write
+            // may still have named the checkpoint on disk, so its files must stay.
+            if let Err(e) = store.storage().write_metadata(&location, &metadata) {
+                return Some(StoreReply::Finalized {
+                    id,
+                    outcome: FinalizeOutcome::Failed {
+                        error: e.into(),
+                        metadata_written: false,
+                    },
+                });
+            }
+            let outcome = match recorded {
+                true => match store.add_completed(id, kind, &location, retained) {
+                    Ok(()) => FinalizeOutcome::Written,
+                    Err(error) => FinalizeOutcome::Failed {
+                        error,
+                        metadata_written: true,
+                    },
+                },
+                false => FinalizeOutcome::Written,
+            };
+            Some(StoreReply::Finalized { id, outcome })
+        });
+    }
+
+    /// The worker completed (or failed to complete) checkpoint `id`'s storage part.
+    pub(super) fn on_finalized(&mut self, id: u64, outcome: FinalizeOutcome) {
+        let Some(Finalizing {
+            pending,
+            run,
+            recorded,
+        }) = self.finalizing.remove(&id)
+        else {
+            return;
         };
-        if let Err(error) = written {
-            let reason = error.to_string();
-            self.coordinator.finalize_failed(&pending, &reason, now);
-            tracing::warn!(checkpoint = id, %reason, "checkpoint could not be completed");
-            attempt.notify(CheckpointNotification::Aborted(id));
-            if !(metadata_written && recorded) {
-                self.discard(&pending.location);
+        let now: Instant = self.clock.now();
+        // Notices go to the run the checkpoint belongs to; a later run restores from the
+        // record instead.
+        let current = self.attempt.as_ref().is_some_and(|a| a.number == run);
+        let kind = pending.barrier.snapshot_type;
+        match outcome {
+            FinalizeOutcome::Fenced(fenced) => {
+                self.coordinator
+                    .finalize_failed(&pending, &fenced.to_string(), now);
+                if current {
+                    self.notify(CheckpointNotification::Aborted(id));
+                }
+                self.answer_savepoint(id, Err(fenced.to_string()));
+                self.fail_run(fenced.into());
             }
-            self.answer_savepoint(id, Err(reason.clone()), attempt);
-            if let WeirError::Fenced(fenced) = error {
-                self.fenced(fenced, attempt);
-                return;
+            FinalizeOutcome::Failed {
+                error,
+                metadata_written,
+            } => {
+                let reason = error.to_string();
+                self.coordinator.finalize_failed(&pending, &reason, now);
+                tracing::warn!(checkpoint = id, %reason, "checkpoint could not be completed");
+                if current {
+                    self.notify(CheckpointNotification::Aborted(id));
+                }
+                if !(metadata_written && recorded) {
+                    self.discard(&pending.location);
+                }
+                self.answer_savepoint(id, Err(reason.clone()));
+                if let WeirError::Fenced(fenced) = error {
+                    self.fail_run(WeirError::Fenced(fenced));
+                    return;
+                }
+                self.check_tolerance(&reason);
+                self.check_final(id, &reason);
             }
-            self.check_tolerance(&reason, attempt);
-            self.check_final(id, &reason, attempt);
+            FinalizeOutcome::Written => {
+                for subsumed in self.coordinator.completed(&pending, now) {
+                    if current {
+                        self.notify(CheckpointNotification::Aborted(subsumed.id()));
+                    }
+                    self.discard(&subsumed.location);
+                    self.answer_savepoint(
+                        subsumed.id(),
+                        Err(format!("subsumed by checkpoint {id}")),
+                    );
+                }
+                if let Some(stats) = self.coordinator.history().recent.back() {
+                    tracing::info!(job = %self.job_name(), "{stats}");
+                }
+                match kind {
+                    SnapshotType::Checkpoint if current => {
+                        self.notify(CheckpointNotification::Complete(id))
+                    }
+                    SnapshotType::Checkpoint => {}
+                    // A savepoint has no side effects (as in Flink since 1.15): its
+                    // transactions stay pending and are committed with the next checkpoint,
+                    // unless this is a stop-with-savepoint, which notifies before stopping.
+                    SnapshotType::Savepoint => {
+                        self.answer_savepoint(id, Ok(pending.location.clone()))
+                    }
+                }
+            }
+        }
+        self.trigger_final_when_idle();
+    }
+
+    /// Checkpoint timers: the final checkpoint once nothing is in flight, timeouts, and the
+    /// periodic trigger.
+    pub(super) fn checkpoint_timers(&mut self, now: Instant) {
+        if self.phase.is_stopping() {
             return;
         }
-        for subsumed in self.coordinator.completed(&pending, now) {
-            attempt.notify(CheckpointNotification::Aborted(subsumed.id()));
-            self.discard(&subsumed.location);
-            self.answer_savepoint(
-                subsumed.id(),
-                Err(format!("subsumed by checkpoint {id}")),
-                attempt,
-            );
+        self.trigger_final_when_idle();
+        for id in self.coordinator.expired(now) {
+            let timeout = self.job.config.checkpoint.timeout;
+            self.abort_checkpoint(id, &format!("expired after {timeout:?}"), true);
         }
-        if let Some(stats) = self.coordinator.history().recent.back() {
-            tracing::info!(job = %graph.job_name, "{stats}");
-        }
-        match kind {
-            SnapshotType::Checkpoint => attempt.notify(CheckpointNotification::Complete(id)),
-            // A savepoint has no side effects (as in Flink since 1.15): its transactions stay
-            // pending and are committed with the next checkpoint, unless this is a
-            // stop-with-savepoint, which notifies before stopping.
-            SnapshotType::Savepoint => {
-                self.answer_savepoint(id, Ok(pending.location.clone()), attempt)
+        if self.may_trigger_periodic() && self.coordinator.should_trigger(now) {
+            match self.trigger(SnapshotType::Checkpoint, None) {
+                Ok(_) => {}
+                // Another process holds the job now: this one stops.
+                Err(WeirError::Fenced(fenced)) => self.fail_run(WeirError::Fenced(fenced)),
+                Err(e) => {
+                    let reason = format!("cannot trigger checkpoint: {e}");
+                    tracing::warn!("{reason}");
+                    self.check_tolerance(&reason);
+                }
             }
         }
     }

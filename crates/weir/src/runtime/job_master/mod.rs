@@ -1,45 +1,66 @@
-//! The job manager of one job: takes the job (its lock and epoch), decides where it starts,
-//! deploys its tasks, runs the checkpoint coordinator, restarts the job from its newest
-//! restore point when a task fails, records how it ended, and answers the client's requests
+//! The JobManager of one job: takes the job (its lock and epoch), decides where it starts,
+//! deploys its runs, runs the checkpoint coordinator, restarts the job from its newest
+//! restore point when a run fails, records how it ended, and answers the client's requests
 //! (savepoints, cancellation, checkpoint statistics).
 //!
-//! - `mod.rs` (here): construction, the restart loop and recovery — which restore point a
-//!   run starts from, under the rules of [`crate::checkpoint::recovery`];
-//! - `attempt.rs`: one run of the job's tasks and the event loop that drives it;
-//! - `checkpointing.rs`: triggering, completing and aborting checkpoints and savepoints.
+//! Its loop is an explicit state machine ([`JobPhase`]) driven by events — task reports,
+//! client commands, the storage worker's replies, and time from an injectable [`Clock`].
+//! Nothing on the loop sleeps or touches storage beyond creating a checkpoint's location:
+//! completing checkpoints, deleting files, resolving restore points and recording the job's
+//! end run on the storage worker and come back as events; the restart back-off is a
+//! deadline.
+//!
+//! - `mod.rs` (here): construction (where the job starts) and the loop;
+//! - `phase.rs`: the phases and the decisions that depend on them;
+//! - `attempt.rs`: one run of the job's tasks and their reports;
+//! - `checkpointing.rs`: triggering, completing and aborting checkpoints and savepoints;
+//! - `lifecycle.rs`: deploying, failing over, restarting and ending;
+//! - `restore_points.rs`: which restore point a run starts from;
+//! - `store_io.rs`: the storage worker;
+//! - `clock.rs`: time.
 
 mod attempt;
 mod checkpointing;
+pub mod clock;
+mod lifecycle;
+pub mod phase;
+mod restore_points;
+mod store_io;
+#[cfg(test)]
+mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::checkpoint::completed_store::CompletedCheckpointStore;
-use crate::checkpoint::config::RetentionOnCancel;
-use crate::checkpoint::coordinator::CheckpointCoordinator;
+use crate::checkpoint::coordinator::{CheckpointCoordinator, PendingCheckpoint};
 use crate::checkpoint::fencing::FencingToken;
-use crate::checkpoint::job_record::{RecordedCheckpoint, RecordedStatus};
-use crate::checkpoint::recovery::{
-    on_unusable, plan_start, PreviousRecord, RecoveryContext, StartMode, StartPlan,
-};
+use crate::checkpoint::job_record::RecordedCheckpoint;
+use crate::checkpoint::recovery::{plan_start, PreviousRecord, StartMode, StartPlan};
 use crate::checkpoint::restart_strategy::RestartBackoff;
-use crate::checkpoint::restore::assign_state;
 use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::storage::{create_storage, CheckpointStorage};
 use crate::error::WeirError;
-use crate::runtime::deployment::{DeployError, RestorePoint};
+use crate::runtime::deployment::RestorePoint;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary};
 use crate::runtime::output::OperatorMetrics;
-use crate::runtime::snapshot::now_millis;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task_executors::TaskExecutors;
 use crate::time::Watermark;
 
-use attempt::AttemptEnd;
+use attempt::Attempt;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use phase::JobPhase;
+use restore_points::ResolveContext;
+use store_io::{StoreContext, StoreIo};
+
+/// The longest the loop waits without looking at its timers.
+const MAX_WAIT: Duration = Duration::from_millis(200);
 
 /// A request from the job's client.
 pub enum JobCommand {
@@ -56,33 +77,205 @@ pub enum JobCommand {
     History(Sender<CheckpointHistory>),
 }
 
+/// A checkpoint whose storage part the worker is completing.
+struct Finalizing {
+    pending: PendingCheckpoint,
+    /// The run it belongs to: its notices go to that run's tasks only.
+    run: u64,
+    /// Whether it becomes a restore point (a checkpoint, or a stop's savepoint).
+    recorded: bool,
+}
+
 /// Runs one job to its end.
 pub struct JobMaster {
     job: JobDefinition,
-    /// The job's durable state and lock; `None` for a job without checkpoint storage.
-    store: Option<CompletedCheckpointStore>,
+    clock: Box<dyn Clock>,
+    /// The storage worker, which owns the job's durable state.
+    io: StoreIo,
+    /// Where snapshots go (`None`: no checkpoint storage).
+    storage: Option<Arc<dyn CheckpointStorage>>,
     fencing: FencingToken,
     coordinator: CheckpointCoordinator,
     restart: RestartBackoff,
     commands: Receiver<JobCommand>,
-    /// Names of the sinks that commit output on checkpoint completion.
-    committing_sinks: Vec<String>,
-    /// The checkpoint storage, described, for messages.
-    storage_description: String,
+    /// What resolving a restore point needs to know of the job.
+    resolve: ResolveContext,
     /// Restore points found unusable; never tried again.
     bad: BTreeSet<u64>,
-    /// The restore point the first run starts from.
-    initial: Option<RestorePoint>,
-    /// The id of a restore point given by path: it has no fallback.
-    explicit_restore: Option<u64>,
     savepoint_waiters: HashMap<u64, Sender<Result<Savepoint, WeirError>>>,
     restored_from: Vec<u64>,
     /// Resuming a job that already ran to its end: there is nothing to do.
     already_finished: bool,
     /// Where the tasks run.
     executors: Box<dyn TaskExecutors>,
-    /// Runs started so far (the attempt number of the next run's [`RunId`]).
+    /// Runs started so far (the attempt number of the next run's `RunId`).
     runs: u64,
+    /// Where the job is.
+    phase: JobPhase,
+    /// The current run's tasks, while it has any.
+    attempt: Option<Attempt>,
+    /// The restore point of the next run, once resolved (`Some(None)`: empty state).
+    next_restore: Option<Option<RestorePoint>>,
+    /// A restore point is being resolved on the worker.
+    resolving: bool,
+    /// Checkpoints the worker is completing, by id.
+    finalizing: BTreeMap<u64, Finalizing>,
+    /// The last run's task metrics.
+    metrics: Vec<OperatorMetrics>,
+    /// How the job ends, once decided: status and savepoint, waiting for the record.
+    ending: Option<(JobStatus, Option<Savepoint>)>,
+    /// The job failed for good: its error, once the failure is recorded.
+    failed: Option<WeirError>,
+    /// The result, once the job is over.
+    outcome: Option<Result<JobExecutionResult, WeirError>>,
+    started: Instant,
+}
+
+/// Where the job starts, as read from storage before the loop runs.
+struct Start {
+    store: Option<CompletedCheckpointStore>,
+    storage_description: String,
+    fencing: FencingToken,
+    initial: Option<RestorePoint>,
+    explicit_restore: Option<u64>,
+    bad: BTreeSet<u64>,
+    first_id: u64,
+    already_finished: bool,
+}
+
+/// Takes the job's storage (lock and epoch) and decides where it starts.
+fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
+    let config = &job.config;
+    let job_name = job.plan.stream_graph.job_name.clone();
+    let mut start = Start {
+        store: None,
+        storage_description: String::new(),
+        fencing: FencingToken::unfenced(&job_name),
+        initial: None,
+        explicit_restore: None,
+        bad: BTreeSet::new(),
+        first_id: 1,
+        already_finished: false,
+    };
+    // A chosen directory means savepoints can be taken even without periodic
+    // checkpoints, as in Flink.
+    let needs_storage = config.checkpoint.interval.is_some()
+        || config.restore.is_some()
+        || config.resume_from_latest_checkpoint
+        || config.checkpoint.storage.is_durable();
+    if !needs_storage {
+        return Ok(start);
+    }
+    let storage = create_storage(
+        &config.checkpoint.storage,
+        config.checkpoint.local_recovery.as_deref(),
+        &job_name,
+    )?;
+    start.storage_description = storage.describe();
+    let (mut store, previous) = CompletedCheckpointStore::open(storage.clone(), &job_name)?;
+    let mode = match &config.restore {
+        Some(settings) => {
+            let metadata =
+                storage
+                    .read_metadata(&settings.path)
+                    .map_err(|e| WeirError::Restore {
+                        checkpoint_id: 0,
+                        reason: format!("`{}` is unusable: {e}", settings.path),
+                    })?;
+            start.explicit_restore = Some(metadata.checkpoint_id);
+            StartMode::RestoreFrom {
+                path: settings.path.clone(),
+                id: metadata.checkpoint_id,
+            }
+        }
+        None if config.resume_from_latest_checkpoint => StartMode::Resume,
+        None => StartMode::Fresh,
+    };
+    // Without a readable record, what is on disk (savepoints too) tells that the job ran.
+    let mut on_disk: Vec<RecordedCheckpoint> = Vec::new();
+    if !matches!(previous, PreviousRecord::Found(_)) {
+        for (kind, stored) in [
+            (SnapshotType::Checkpoint, storage.list_checkpoints()?),
+            (SnapshotType::Savepoint, storage.list_savepoints()?),
+        ] {
+            on_disk.extend(
+                stored
+                    .into_iter()
+                    .filter(|c| c.has_metadata)
+                    .map(|c| RecordedCheckpoint::new(c.id, kind, c.location)),
+            );
+        }
+    }
+    let context = resolve_context(job, &start.storage_description, start.explicit_restore);
+    let plan = plan_start(context.recovery(), &mode, &previous, &on_disk)?;
+    // What sinks may hold only grows: a fresh start or a restore does not make output
+    // already committed go away.
+    let notified_through = match &previous {
+        PreviousRecord::Found(r) => r.notified_through,
+        _ => 0,
+    };
+    let candidates = match plan {
+        StartPlan::AlreadyFinished => {
+            tracing::info!(storage = %storage.describe(), "the job already ran to its end; nothing to resume");
+            start.already_finished = true;
+            start.fencing = store.fencing().clone();
+            // What a crash during its clean-up left is deleted now.
+            if let Err(e) = store.clean_up_finished() {
+                tracing::warn!(error = %e, "cannot clean up after the finished job");
+            }
+            start.store = Some(store);
+            return Ok(start);
+        }
+        StartPlan::Fresh { note } => {
+            if let Some(note) = note {
+                tracing::warn!("{note}");
+            } else if mode == StartMode::Resume {
+                tracing::info!(storage = %storage.describe(), "no restore point: starting fresh");
+            }
+            Vec::new()
+        }
+        StartPlan::Restore {
+            mut candidates,
+            note,
+        } => {
+            if let Some(note) = note {
+                tracing::warn!("{note}");
+            }
+            if let (StartMode::RestoreFrom { .. }, Some(first), Some(settings)) =
+                (&mode, candidates.first_mut(), &config.restore)
+            {
+                first.allow_non_restored_state = settings.allows_non_restored_state();
+            }
+            candidates
+        }
+    };
+    start.fencing = store.fencing().clone();
+    // The restore point is read and matched to the job before the record is rewritten:
+    // a restore that cannot work leaves the job's real restore points in place.
+    start.initial = restore_points::resolve(&store, &context, &candidates, &mut start.bad)?;
+    let mut completed = candidates;
+    completed.reverse();
+    store.begin(completed, notified_through)?;
+    let restored_id = start.initial.as_ref().map_or(0, |p| p.checkpoint_id);
+    start.first_id = store.next_id().max(restored_id + 1);
+    start.store = Some(store);
+    Ok(start)
+}
+
+fn resolve_context(
+    job: &JobDefinition,
+    storage: &str,
+    explicit_restore: Option<u64>,
+) -> ResolveContext {
+    let graph = &job.plan.stream_graph;
+    ResolveContext {
+        job: graph.job_name.clone(),
+        storage: storage.to_string(),
+        sinks: graph.committing_sinks(),
+        policy: job.config.checkpoint.corrupt_checkpoint_policy,
+        stream_graph: graph.clone(),
+        explicit_restore,
+    }
 }
 
 impl JobMaster {
@@ -93,363 +286,187 @@ impl JobMaster {
         commands: Receiver<JobCommand>,
         executors: Box<dyn TaskExecutors>,
     ) -> Result<Self, WeirError> {
-        let config = &job.config;
-        let job_name = job.plan.stream_graph.job_name.clone();
-        let committing_sinks = job.plan.stream_graph.committing_sinks();
-        // A chosen directory means savepoints can be taken even without periodic
-        // checkpoints, as in Flink.
-        let needs_storage = config.checkpoint.interval.is_some()
-            || config.restore.is_some()
-            || config.resume_from_latest_checkpoint
-            || config.checkpoint.storage.is_durable();
-        let mut master = Self {
-            coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), 1, Instant::now()),
-            restart: RestartBackoff::new(config.effective_restart_strategy(), now_millis()),
-            store: None,
-            fencing: FencingToken::unfenced(&job_name),
+        let mut start = prepare(&job)?;
+        let storage = start.store.as_ref().map(|s| s.storage().clone());
+        let io = StoreIo::worker(
+            StoreContext {
+                store: start.store.take(),
+            },
+            &job.plan.stream_graph.job_name,
+        );
+        Self::assemble(
+            job,
             commands,
-            committing_sinks,
-            storage_description: String::new(),
-            bad: BTreeSet::new(),
-            initial: None,
-            explicit_restore: None,
+            executors,
+            Box::new(SystemClock),
+            start,
+            storage,
+            io,
+        )
+    }
+
+    /// A job master whose time is `clock` and whose storage tasks run inline (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        job: JobDefinition,
+        commands: Receiver<JobCommand>,
+        executors: Box<dyn TaskExecutors>,
+        clock: Box<dyn Clock>,
+    ) -> Result<Self, WeirError> {
+        let mut start = prepare(&job)?;
+        let storage = start.store.as_ref().map(|s| s.storage().clone());
+        let io = Ok(StoreIo::inline(StoreContext {
+            store: start.store.take(),
+        }));
+        Self::assemble(job, commands, executors, clock, start, storage, io)
+    }
+
+    fn assemble(
+        job: JobDefinition,
+        commands: Receiver<JobCommand>,
+        mut executors: Box<dyn TaskExecutors>,
+        clock: Box<dyn Clock>,
+        start: Start,
+        storage: Option<Arc<dyn CheckpointStorage>>,
+        io: Result<StoreIo, WeirError>,
+    ) -> Result<Self, WeirError> {
+        let io = io?;
+        let now = clock.now();
+        let config = &job.config;
+        executors.on_job_epoch(start.fencing.epoch());
+        Ok(Self {
+            coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), start.first_id, now),
+            restart: RestartBackoff::new(config.effective_restart_strategy(), clock.unix_millis()),
+            resolve: resolve_context(&job, &start.storage_description, start.explicit_restore),
+            storage,
+            fencing: start.fencing,
+            bad: start.bad,
             savepoint_waiters: HashMap::new(),
             restored_from: Vec::new(),
-            already_finished: false,
+            already_finished: start.already_finished,
             executors,
             runs: 0,
+            phase: JobPhase::WaitingForResources { since: now },
+            attempt: None,
+            next_restore: Some(start.initial),
+            resolving: false,
+            finalizing: BTreeMap::new(),
+            metrics: Vec::new(),
+            ending: None,
+            failed: None,
+            outcome: None,
+            started: now,
+            commands,
+            clock,
+            io,
             job,
-        };
-        if !needs_storage {
-            return Ok(master);
-        }
-        let config = master.job.config.clone();
-        let storage = create_storage(
-            &config.checkpoint.storage,
-            config.checkpoint.local_recovery.as_deref(),
-            &job_name,
-        )?;
-        master.storage_description = storage.describe();
-        let (mut store, previous) = CompletedCheckpointStore::open(storage.clone(), &job_name)?;
-        let mode = match &config.restore {
-            Some(settings) => {
-                let metadata =
-                    storage
-                        .read_metadata(&settings.path)
-                        .map_err(|e| WeirError::Restore {
-                            checkpoint_id: 0,
-                            reason: format!("`{}` is unusable: {e}", settings.path),
-                        })?;
-                master.explicit_restore = Some(metadata.checkpoint_id);
-                StartMode::RestoreFrom {
-                    path: settings.path.clone(),
-                    id: metadata.checkpoint_id,
-                }
-            }
-            None if config.resume_from_latest_checkpoint => StartMode::Resume,
-            None => StartMode::Fresh,
-        };
-        // Without a readable record, what is on disk (savepoints too) tells that the job ran.
-        let mut on_disk: Vec<RecordedCheckpoint> = Vec::new();
-        if !matches!(previous, PreviousRecord::Found(_)) {
-            for (kind, stored) in [
-                (SnapshotType::Checkpoint, storage.list_checkpoints()?),
-                (SnapshotType::Savepoint, storage.list_savepoints()?),
-            ] {
-                on_disk.extend(
-                    stored
-                        .into_iter()
-                        .filter(|c| c.has_metadata)
-                        .map(|c| RecordedCheckpoint::new(c.id, kind, c.location)),
-                );
-            }
-        }
-        let plan = plan_start(master.recovery_context(), &mode, &previous, &on_disk)?;
-        // What sinks may hold only grows: a fresh start or a restore does not make output
-        // already committed go away.
-        let notified_through = match &previous {
-            PreviousRecord::Found(r) => r.notified_through,
-            _ => 0,
-        };
-        let candidates = match plan {
-            StartPlan::AlreadyFinished => {
-                tracing::info!(storage = %storage.describe(), "the job already ran to its end; nothing to resume");
-                master.already_finished = true;
-                master.fencing = store.fencing().clone();
-                // What a crash during its clean-up left is deleted now.
-                if let Err(e) = store.clean_up_finished() {
-                    tracing::warn!(error = %e, "cannot clean up after the finished job");
-                }
-                master.store = Some(store);
-                return Ok(master);
-            }
-            StartPlan::Fresh { note } => {
-                if let Some(note) = note {
-                    tracing::warn!("{note}");
-                } else if mode == StartMode::Resume {
-                    tracing::info!(storage = %storage.describe(), "no restore point: starting fresh");
-                }
-                Vec::new()
-            }
-            StartPlan::Restore {
-                mut candidates,
-                note,
-            } => {
-                if let Some(note) = note {
-                    tracing::warn!("{note}");
-                }
-                if let (StartMode::RestoreFrom { .. }, Some(first), Some(settings)) =
-                    (&mode, candidates.first_mut(), &config.restore)
-                {
-                    first.allow_non_restored_state = settings.allows_non_restored_state();
-                }
-                candidates
-            }
-        };
-        master.fencing = store.fencing().clone();
-        master.store = Some(store);
-        // The restore point is read and matched to the job before the record is rewritten:
-        // a restore that cannot work leaves the job's real restore points in place.
-        master.initial = master.resolve(&candidates)?;
-        let mut completed = candidates;
-        completed.reverse();
-        if let Some(store) = master.store.as_mut() {
-            store.begin(completed, notified_through)?;
-        }
-        let restored_id = master.initial.as_ref().map_or(0, |p| p.checkpoint_id);
-        let first_id = master
-            .store
-            .as_ref()
-            .map_or(1, CompletedCheckpointStore::next_id)
-            .max(restored_id + 1);
-        master.coordinator =
-            CheckpointCoordinator::new(config.checkpoint.clone(), first_id, Instant::now());
-        let epoch = master.fencing.epoch();
-        master.executors.on_job_epoch(epoch);
-        Ok(master)
+        })
     }
 
     fn job_name(&self) -> &str {
         &self.job.plan.stream_graph.job_name
     }
 
-    fn storage(&self) -> Option<&std::sync::Arc<dyn CheckpointStorage>> {
-        self.store.as_ref().map(CompletedCheckpointStore::storage)
-    }
-
-    fn recovery_context(&self) -> RecoveryContext<'_> {
-        RecoveryContext {
-            job: self.job_name(),
-            storage: &self.storage_description,
-            sinks: &self.committing_sinks,
-            policy: self.job.config.checkpoint.corrupt_checkpoint_policy,
-        }
-    }
-
-    /// The first usable of `candidates` (newest first), read and assigned to the job's
-    /// operators; unusable ones are skipped only where the recovery rules allow it. `None`:
-    /// start from empty state (no candidates, or falling back that far is allowed).
-    fn resolve(
-        &mut self,
-        candidates: &[RecordedCheckpoint],
-    ) -> Result<Option<RestorePoint>, WeirError> {
-        let Some(store) = &self.store else {
-            return Ok(None);
-        };
-        let candidates: Vec<&RecordedCheckpoint> = candidates
-            .iter()
-            .filter(|c| !self.bad.contains(&c.id))
-            .collect();
-        let mut newly_bad = Vec::new();
-        let mut found = None;
-        for (i, candidate) in candidates.iter().enumerate() {
-            match store.read_metadata(&candidate.location) {
-                Ok(metadata) => {
-                    let assignment = assign_state(
-                        &metadata,
-                        &self.job.plan.stream_graph,
-                        candidate.allow_non_restored_state,
-                    )
-                    .map_err(|e| WeirError::Restore {
-                        checkpoint_id: candidate.id,
-                        reason: e.to_string(),
-                    })?;
-                    tracing::info!(checkpoint = candidate.id, location = %candidate.location, "restoring");
-                    found = Some(RestorePoint {
-                        checkpoint_id: candidate.id,
-                        location: candidate.location.clone(),
-                        assignment,
-                    });
-                    break;
-                }
-                Err(e) => {
-                    self.unusable(candidate, &e.to_string(), candidates.get(i + 1).copied())?;
-                    newly_bad.push(candidate.id);
-                }
-            }
-        }
-        self.bad.extend(newly_bad);
-        Ok(found)
-    }
-
-    /// Restore point `unusable` cannot be read (`problem` names the file and the copies
-    /// checked): fails unless the recovery rules allow falling back to `fallback`.
-    fn unusable(
-        &self,
-        unusable: &RecordedCheckpoint,
-        problem: &str,
-        fallback: Option<&RecordedCheckpoint>,
-    ) -> Result<(), WeirError> {
-        if Some(unusable.id) == self.explicit_restore && fallback.is_none() {
-            return Err(WeirError::Restore {
-                checkpoint_id: unusable.id,
-                reason: format!("`{}` is unusable: {problem}", unusable.location),
-            });
-        }
-        let warning = on_unusable(self.recovery_context(), unusable, problem, fallback)?;
-        tracing::warn!("{warning}");
-        Ok(())
-    }
-
-    /// The restore point of a restart: the newest recorded one that is usable.
-    fn latest_restore_point(&mut self) -> Result<Option<RestorePoint>, WeirError> {
-        let candidates = self
-            .store
-            .as_ref()
-            .map(CompletedCheckpointStore::candidates)
-            .unwrap_or_default();
-        self.resolve(&candidates)
-    }
-
-    /// Deploying from `point` found a damaged state file: the same rules as for unreadable
-    /// metadata decide whether an older restore point may be used.
-    fn fall_back(
-        &mut self,
-        point: &RestorePoint,
-        problem: &str,
-    ) -> Result<Option<RestorePoint>, WeirError> {
-        let candidates: Vec<RecordedCheckpoint> = self
-            .store
-            .as_ref()
-            .map(CompletedCheckpointStore::candidates)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| !self.bad.contains(&c.id))
-            .collect();
-        let position = candidates.iter().position(|c| c.id == point.checkpoint_id);
-        let unusable = RecordedCheckpoint::new(
-            point.checkpoint_id,
-            SnapshotType::Checkpoint,
-            point.location.clone(),
-        );
-        let rest = position.map_or(&[][..], |p| &candidates[p + 1..]);
-        self.unusable(&unusable, problem, rest.first())?;
-        self.bad.insert(point.checkpoint_id);
-        self.resolve(rest)
+    /// The phase the job is in.
+    pub fn phase(&self) -> &JobPhase {
+        &self.phase
     }
 
     /// Runs the job, restarting it per the restart strategy, until it finishes, is stopped or
     /// cancelled, or fails for good.
     pub fn run(mut self) -> Result<JobExecutionResult, WeirError> {
-        let started = Instant::now();
         if self.already_finished {
-            return Ok(self.summarize(JobStatus::Finished, started.elapsed(), Vec::new(), None));
+            return Ok(self.summarize(JobStatus::Finished, None));
         }
-        let mut restore = self.initial.clone();
+        self.started = self.clock.now();
+        self.try_deploy();
         loop {
-            // A process that lost its job while it waited to restart must not deploy: its
-            // sinks' recovery would settle the new holder's transactions.
-            let attempt = match self.fencing.check() {
-                Ok(()) => self.run_attempt(restore.as_ref()),
-                Err(fenced) if fenced.is_final() => return Err(fenced.into()),
-                Err(unverifiable) => Ok(AttemptEnd::Failed(unverifiable.into())),
-            };
-            let end = match attempt {
-                Ok(end) => end,
-                Err(DeployError::CorruptState(problem)) => {
-                    let Some(point) = restore.take() else {
-                        return Err(WeirError::Internal(format!(
-                            "corrupt state without a restore point: {problem}"
-                        )));
-                    };
-                    restore = self.fall_back(&point, &problem)?;
-                    continue;
-                }
-                Err(DeployError::Other(e)) => return Err(e),
-            };
-            let (status, metrics, savepoint) = match end {
-                AttemptEnd::Finished(m, final_checkpoint) => {
-                    self.record_end(RecordedStatus::Finished { final_checkpoint })?;
-                    (JobStatus::Finished, m, None)
-                }
-                AttemptEnd::Stopped(m, id, path) => {
-                    self.record_end(RecordedStatus::Stopped {
-                        savepoint: id,
-                        location: path.clone(),
-                    })?;
-                    (JobStatus::Stopped, m, Some(Savepoint::new(id, path)))
-                }
-                AttemptEnd::Cancelled(m) => {
-                    let retained =
-                        self.job.config.checkpoint.retention_on_cancel == RetentionOnCancel::Retain;
-                    self.record_end(RecordedStatus::Cancelled {
-                        checkpoints_retained: retained,
-                    })?;
-                    (JobStatus::Cancelled, m, None)
-                }
-                AttemptEnd::Failed(error) => {
-                    self.fail_pending("job failed");
-                    // A process that lost its job must not restart it: the new holder runs it.
-                    if let Err(fenced) = self.fencing.check() {
-                        if fenced.is_final() {
-                            tracing::error!(job = %self.job_name(), %error, "stopping: {fenced}");
-                            return Err(fenced.into());
-                        }
-                    }
-                    match self.restart.on_failure(Instant::now()) {
-                        Some(delay) => {
-                            tracing::warn!(job = %self.job_name(), %error, ?delay,
-                                restarts = self.restart.restarts(), "job failed; restarting");
-                            std::thread::sleep(delay);
-                            restore = self.latest_restore_point()?;
-                            continue;
-                        }
-                        None => {
-                            tracing::error!(job = %self.job_name(), %error, "job failed; restart strategy gives up");
-                            if let Err(e) = self.record_end(RecordedStatus::Failed) {
-                                tracing::warn!(error = %e, "cannot record that the job failed");
-                            }
-                            return Err(error);
-                        }
-                    }
-                }
-            };
-            return Ok(self.summarize(status, started.elapsed(), metrics, savepoint));
+            if let Some(outcome) = self.outcome.take() {
+                self.io.drain();
+                return outcome;
+            }
+            let wake = self.next_wake();
+            self.step(Some(wake));
         }
     }
 
-    /// Records how the job ended (before deleting what that makes unnecessary).
-    fn record_end(&mut self, status: RecordedStatus) -> Result<(), WeirError> {
-        self.fail_pending("the job has ended");
-        match self.store.as_mut() {
-            Some(store) => store.record_end(status),
-            None => Ok(()),
+    /// Waits (until `deadline`, or not at all with `None`) for one event, handles it, then
+    /// looks at the timers.
+    fn step(&mut self, deadline: Option<Instant>) {
+        let events = self
+            .attempt
+            .as_ref()
+            .map_or_else(crossbeam_channel::never, |a| a.events.clone());
+        let replies = self.io.replies().clone();
+        let commands = self.commands.clone();
+        let timeout = deadline.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(self.clock.now()).min(MAX_WAIT)
+        });
+        select! {
+            recv(events) -> event => if let Ok(event) = event {
+                self.on_task_event(event);
+            },
+            recv(replies) -> reply => if let Ok(reply) = reply {
+                self.on_store_reply(reply);
+            },
+            recv(commands) -> command => match command {
+                Ok(command) => self.on_command(command),
+                // The client is gone: the job runs on, detached.
+                Err(_) => self.commands = crossbeam_channel::never(),
+            },
+            default(timeout) => {}
+        }
+        self.on_timers();
+    }
+
+    /// When the loop must look at its timers next.
+    fn next_wake(&self) -> Instant {
+        let now = self.clock.now();
+        let due = self
+            .coordinator
+            .next_due()
+            .filter(|_| self.may_trigger_periodic() && self.coordinator.has_capacity());
+        let restart = match &self.phase {
+            JobPhase::Restarting { due, .. } => Some(*due),
+            _ => None,
+        };
+        [due, self.coordinator.next_expiry(), restart]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + MAX_WAIT)
+            .min(now + MAX_WAIT)
+    }
+
+    /// Looks at everything time decides: checkpoint triggers and timeouts, the restart
+    /// back-off, the wait for slots, and whether the run's tasks have all ended.
+    fn on_timers(&mut self) {
+        let now = self.clock.now();
+        match self.phase {
+            JobPhase::Restarting {
+                due,
+                restore_ready: false,
+            } if now >= due && !self.resolving => self.resolve_restart(),
+            JobPhase::Restarting {
+                due,
+                restore_ready: true,
+            } if now >= due => {
+                self.phase = JobPhase::WaitingForResources { since: now };
+                self.try_deploy();
+            }
+            JobPhase::WaitingForResources { .. } => self.try_deploy(),
+            _ => {}
+        }
+        if self.phase.has_tasks() {
+            self.checkpoint_timers(now);
+        }
+        if self.attempt.as_ref().is_some_and(|a| a.running.is_empty()) {
+            self.end_attempt();
         }
     }
 
-    fn discard(&self, location: &str) {
-        if let Some(store) = &self.store {
-            store.discard(location);
-        }
-    }
-
-    fn summarize(
-        &self,
-        status: JobStatus,
-        wall_time: Duration,
-        mut subtasks: Vec<OperatorMetrics>,
-        savepoint: Option<Savepoint>,
-    ) -> JobExecutionResult {
+    fn summarize(&self, status: JobStatus, savepoint: Option<Savepoint>) -> JobExecutionResult {
+        let mut subtasks = self.metrics.clone();
         subtasks.sort_by_key(|m| (m.node, m.subtask));
         let operators = self
             .job
@@ -481,7 +498,7 @@ impl JobMaster {
         JobExecutionResult {
             job_name: self.job_name().to_string(),
             status,
-            wall_time,
+            wall_time: self.clock.now().saturating_duration_since(self.started),
             operators,
             subtasks,
             restarts: self.restart.restarts(),

@@ -1,0 +1,296 @@
+//! The job's life between runs: deploying a run once the executors offer its slots, what a
+//! run's end leads to (the job's end, or a restart after the back-off from a restore point
+//! the storage worker resolves), the client's commands, and recording how the job ended.
+
+use super::attempt::AttemptEnd;
+use super::checkpointing::Finality;
+use super::restore_points;
+use super::store_io::StoreReply;
+use super::{JobCommand, JobMaster, JobPhase};
+use crate::checkpoint::config::RetentionOnCancel;
+use crate::checkpoint::job_record::RecordedStatus;
+use crate::checkpoint::savepoint::Savepoint;
+use crate::error::WeirError;
+use crate::runtime::deployment::DeployError;
+use crate::runtime::job_result::JobStatus;
+use crate::runtime::stream_element::SnapshotType;
+
+impl JobMaster {
+    /// Slots the job needs: with slot sharing, its largest parallelism.
+    fn slots_needed(&self) -> u32 {
+        self.job
+            .plan
+            .execution_graph
+            .vertices
+            .iter()
+            .map(|v| v.parallelism)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// In WaitingForResources: deploys the next run if the executors offer enough slots;
+    /// fails the wait once the executors' slot timeout has passed.
+    pub(super) fn try_deploy(&mut self) {
+        let JobPhase::WaitingForResources { since } = self.phase else {
+            return;
+        };
+        let needed = self.slots_needed();
+        if let Some(offered) = self.executors.offered_slots() {
+            if offered < needed {
+                let waited = self.clock.now().saturating_duration_since(since);
+                if let Some(timeout) = self.executors.slot_timeout().filter(|t| waited >= *t) {
+                    let error = WeirError::InvalidRequest(format!(
+                        "not enough slots: job `{}` needs {needed} (its largest parallelism), the executors offer {offered} after {timeout:?}; start more TaskManagers or give them more slots",
+                        self.job_name()
+                    ));
+                    self.after_attempt(AttemptEnd::Failed(error));
+                }
+                return;
+            }
+        }
+        let restore = self.next_restore.take().flatten();
+        match self.spawn(restore.as_ref()) {
+            Ok(attempt) => {
+                if let Some(point) = &restore {
+                    self.restored_from.push(point.checkpoint_id);
+                }
+                tracing::info!(job = %self.job_name(), tasks = attempt.running.len(),
+                    restored_from = restore.as_ref().map(|r| r.checkpoint_id), "job running");
+                self.attempt = Some(attempt);
+                self.phase = JobPhase::Running;
+                self.coordinator.reset_timer(self.clock.now());
+            }
+            Err(DeployError::CorruptState(problem)) => {
+                let Some(point) = restore else {
+                    self.finish_failed(WeirError::Internal(format!(
+                        "corrupt state without a restore point: {problem}"
+                    )));
+                    return;
+                };
+                // The same rules as for unreadable metadata decide whether an older restore
+                // point may be used; the worker reads them.
+                let context = self.resolve.clone();
+                let mut bad = self.bad.clone();
+                self.resolving = true;
+                self.phase = JobPhase::Restarting {
+                    due: self.clock.now(),
+                    restore_ready: false,
+                };
+                self.io.submit(move |store_context| {
+                    let result = match &store_context.store {
+                        Some(store) => restore_points::fall_back(
+                            store,
+                            &context,
+                            point.checkpoint_id,
+                            &point.location,
+                            &problem,
+                            &mut bad,
+                        ),
+                        None => Ok(None),
+                    };
+                    Some(StoreReply::Resolved { result, bad })
+                });
+            }
+            // The executors could not take the run (a TaskManager went away while it was
+            // deployed): a failure like any other, for the restart strategy.
+            Err(DeployError::Unavailable(error)) => self.after_attempt(AttemptEnd::Failed(error)),
+            Err(DeployError::Other(error)) => self.finish_failed(error),
+        }
+    }
+
+    /// A run ended (or could not start): the job ends, or restarts after the back-off.
+    pub(super) fn after_attempt(&mut self, end: AttemptEnd) {
+        match end {
+            AttemptEnd::Finished(final_checkpoint) => self.record_end(
+                RecordedStatus::Finished { final_checkpoint },
+                JobStatus::Finished,
+                None,
+            ),
+            AttemptEnd::Stopped(id, location) => self.record_end(
+                RecordedStatus::Stopped {
+                    savepoint: id,
+                    location: location.clone(),
+                },
+                JobStatus::Stopped,
+                Some(Savepoint::new(id, location)),
+            ),
+            AttemptEnd::Cancelled => self.record_cancelled(),
+            AttemptEnd::Failed(error) => {
+                self.fail_pending("job failed");
+                if let WeirError::Fenced(fenced) = &error {
+                    // A process that lost its job must not restart it: the new holder runs it.
+                    if fenced.is_final() {
+                        tracing::error!(job = %self.job_name(), %error, "stopping: {fenced}");
+                        self.outcome = Some(Err(error));
+                        return;
+                    }
+                }
+                match self.restart.on_failure(self.clock.now()) {
+                    Some(delay) => {
+                        tracing::warn!(job = %self.job_name(), %error, ?delay,
+                            restarts = self.restart.restarts(), "job failed; restarting");
+                        self.phase = JobPhase::Restarting {
+                            due: self.clock.now() + delay,
+                            restore_ready: false,
+                        };
+                    }
+                    None => {
+                        tracing::error!(job = %self.job_name(), %error, "job failed; restart strategy gives up");
+                        self.finish_failed(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The back-off has passed: the worker checks that this process still holds the job and
+    /// resolves the newest usable restore point (after every completion submitted before).
+    pub(super) fn resolve_restart(&mut self) {
+        self.resolving = true;
+        let context = self.resolve.clone();
+        let mut bad = self.bad.clone();
+        self.io.submit(move |store_context| {
+            let result = match &store_context.store {
+                Some(store) => match store.fencing().check() {
+                    // A process that lost its job while it waited to restart must not
+                    // deploy: its sinks' recovery would settle the new holder's transactions.
+                    Err(fenced) => Err(fenced.into()),
+                    Ok(()) => restore_points::latest(store, &context, &mut bad),
+                },
+                None => Ok(None),
+            };
+            Some(StoreReply::Resolved { result, bad })
+        });
+    }
+
+    pub(super) fn on_store_reply(&mut self, reply: StoreReply) {
+        match reply {
+            StoreReply::Finalized { id, outcome } => self.on_finalized(id, outcome),
+            StoreReply::Resolved { result, bad } => {
+                self.resolving = false;
+                self.bad = bad;
+                match result {
+                    Ok(restore) => {
+                        self.next_restore = Some(restore);
+                        if let JobPhase::Restarting { restore_ready, .. } = &mut self.phase {
+                            *restore_ready = true;
+                        }
+                    }
+                    Err(WeirError::Fenced(fenced)) if !fenced.is_final() => {
+                        // The check itself failed: a failure like the run's, retried.
+                        self.after_attempt(AttemptEnd::Failed(WeirError::Fenced(fenced)));
+                    }
+                    Err(error) => self.outcome = Some(Err(error)),
+                }
+            }
+            StoreReply::EndRecorded(result) => {
+                if let Some(error) = self.failed.take() {
+                    if let Err(e) = result {
+                        tracing::warn!(error = %e, "cannot record that the job failed");
+                    }
+                    self.outcome = Some(Err(error));
+                    return;
+                }
+                let Some((status, savepoint)) = self.ending.take() else {
+                    return;
+                };
+                self.outcome = Some(match result {
+                    Ok(()) => Ok(self.summarize(status, savepoint)),
+                    Err(e) => Err(e),
+                });
+            }
+        }
+    }
+
+    /// Records how the job ended (before deleting what that makes unnecessary); the job's
+    /// result follows the worker's reply.
+    fn record_end(
+        &mut self,
+        recorded: RecordedStatus,
+        status: JobStatus,
+        savepoint: Option<Savepoint>,
+    ) {
+        self.phase = JobPhase::Ended;
+        self.fail_pending("the job has ended");
+        self.ending = Some((status, savepoint));
+        self.submit_end(recorded);
+    }
+
+    fn record_cancelled(&mut self) {
+        let retained = self.job.config.checkpoint.retention_on_cancel == RetentionOnCancel::Retain;
+        self.record_end(
+            RecordedStatus::Cancelled {
+                checkpoints_retained: retained,
+            },
+            JobStatus::Cancelled,
+            None,
+        );
+    }
+
+    /// The job fails for good with `error` (recorded first, best effort).
+    fn finish_failed(&mut self, error: WeirError) {
+        self.phase = JobPhase::Ended;
+        self.fail_pending("the job has ended");
+        self.failed = Some(error);
+        self.submit_end(RecordedStatus::Failed);
+    }
+
+    fn submit_end(&mut self, status: RecordedStatus) {
+        self.io.submit(move |context| {
+            let result = match context.store.as_mut() {
+                Some(store) => store.record_end(status),
+                None => Ok(()),
+            };
+            Some(StoreReply::EndRecorded(result))
+        });
+    }
+
+    pub(super) fn on_command(&mut self, command: JobCommand) {
+        match command {
+            JobCommand::TriggerSavepoint(reply) => {
+                match self.trigger(SnapshotType::Savepoint, None) {
+                    Ok(id) => {
+                        self.savepoint_waiters.insert(id, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            JobCommand::StopWithSavepoint(mode, reply) => {
+                match self.trigger(SnapshotType::Savepoint, Some(Finality::Stop(mode))) {
+                    Ok(id) => {
+                        tracing::info!(job = %self.job_name(), savepoint = id, ?mode, "stopping with a savepoint");
+                        self.phase = JobPhase::StoppingWithSavepoint {
+                            savepoint: id,
+                            mode,
+                        };
+                        self.savepoint_waiters.insert(id, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            JobCommand::Cancel => {
+                if matches!(self.phase, JobPhase::Ended | JobPhase::Cancelling) {
+                    return;
+                }
+                tracing::info!(job = %self.job_name(), "cancelling job");
+                self.fail_pending("job cancelled");
+                if self.phase.has_tasks() {
+                    self.phase = JobPhase::Cancelling;
+                    if let Some(attempt) = self.attempt.as_mut() {
+                        attempt.cancel_tasks();
+                    }
+                } else {
+                    // No run: nothing to tear down (a restart waiting out its back-off).
+                    self.record_cancelled();
+                }
+            }
+            JobCommand::History(reply) => {
+                let _ = reply.send(self.coordinator.history().clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The JobManager's decisions, driven step by step with a clock the test moves and
+//! executors that only record what they are told: nothing sleeps, nothing runs a task.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+
+use super::{JobCommand, JobMaster, JobPhase, ManualClock};
+use crate::checkpoint::restart_strategy::RestartStrategyConfig;
+use crate::error::TaskError;
+use crate::graph::execution_graph::SubtaskRef;
+use crate::prelude::*;
+use crate::runtime::deployment::DeployError;
+use crate::runtime::task::{TaskControl, TaskEvent};
+use crate::runtime::task_executors::{DeployedRun, RunRequest, TaskExecutors};
+
+/// What the fake executors were asked to do.
+#[derive(Default)]
+struct Recorded {
+    /// Each run's event line (to report as its tasks).
+    runs: Vec<Sender<TaskEvent>>,
+    /// Controls broadcast to the runs' tasks.
+    controls: Vec<TaskControl>,
+    /// Cancellations.
+    cancels: u32,
+    /// Slots offered (`None`: unlimited).
+    slots: Option<u32>,
+}
+
+#[derive(Clone, Default)]
+struct FakeExecutors(Arc<Mutex<Recorded>>);
+
+impl FakeExecutors {
+    fn recorded(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.0.lock().unwrap()
+    }
+}
+
+impl TaskExecutors for FakeExecutors {
+    fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
+        self.recorded().runs.push(request.events);
+        Ok(Box::new(FakeRun(self.0.clone())))
+    }
+
+    fn offered_slots(&self) -> Option<u32> {
+        self.recorded().slots
+    }
+
+    fn slot_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(30))
+    }
+}
+
+struct FakeRun(Arc<Mutex<Recorded>>);
+
+impl DeployedRun for FakeRun {
+    fn broadcast(&self, control: TaskControl) {
+        self.0.lock().unwrap().controls.push(control);
+    }
+    fn cancel(&mut self) {
+        self.0.lock().unwrap().cancels += 1;
+    }
+    fn join(self: Box<Self>) {}
+}
+
+struct Harness {
+    master: JobMaster,
+    executors: FakeExecutors,
+    clock: ManualClock,
+    commands: Sender<JobCommand>,
+    tasks: Vec<SubtaskRef>,
+}
+
+/// A two-vertex job (a collection → a keyed count → a discarding sink) at parallelism 2,
+/// restarting up to 3 times after 10 s.
+fn harness(slots: Option<u32>) -> Harness {
+    harness_with(slots, |c| c)
+}
+
+fn harness_with(
+    slots: Option<u32>,
+    configure: impl FnOnce(ExecutionConfig) -> ExecutionConfig,
+) -> Harness {
+    let env = StreamExecutionEnvironment::new(configure(
+        ExecutionConfig::default()
+            .with_parallelism(2)
+            .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_secs(10),
+            }),
+    ))
+    .unwrap();
+    env.from_collection(vec![1u64, 2, 3])
+        .key_by(|x: &u64| *x)
+        .count()
+        .sink_to(DiscardingSink, "discard");
+    let job = env.definition("phases").unwrap();
+    let tasks = job
+        .plan
+        .execution_graph
+        .vertices
+        .iter()
+        .map(|v| v.id)
+        .collect();
+    let executors = FakeExecutors::default();
+    executors.recorded().slots = slots;
+    let clock = ManualClock::new();
+    let (commands, inbox) = crossbeam_channel::unbounded();
+    let master = JobMaster::for_test(
+        job,
+        inbox,
+        Box::new(executors.clone()),
+        Box::new(clock.clone()),
+    )
+    .unwrap();
+    Harness {
+        master,
+        executors,
+        clock,
+        commands,
+        tasks,
+    }
+}
+
+impl Harness {
+    /// Handles whatever is waiting, without blocking.
+    fn settle(&mut self) {
+        for _ in 0..50 {
+            self.master.step(None);
+        }
+    }
+
+    /// The latest run's tasks report `event` for each task.
+    fn report_all(&self, event: impl Fn(SubtaskRef) -> TaskEvent) {
+        let recorded = self.executors.recorded();
+        let run = recorded.runs.last().unwrap();
+        for task in &self.tasks {
+            run.send(event(*task)).unwrap();
+        }
+    }
+
+    fn runs(&self) -> usize {
+        self.executors.recorded().runs.len()
+    }
+}
+
+fn cancelled(task: SubtaskRef) -> TaskEvent {
+    TaskEvent::Failed {
+        task,
+        error: TaskError::Cancelled,
+        metrics: Vec::new(),
+    }
+}
+
+#[test]
+fn a_failure_waits_out_the_back_off_on_the_clock_then_restarts() {
+    let mut h = harness(None);
+    h.master.try_deploy();
+    assert!(matches!(h.master.phase(), JobPhase::Running));
+    assert_eq!(h.runs(), 1);
+    let failing = h.tasks[0];
+    h.executors.recorded().runs[0]
+        .send(TaskEvent::Failed {
+            task: failing,
+            error: TaskError::Internal("boom".into()),
+            metrics: Vec::new(),
+        })
+        .unwrap();
+    h.settle();
+    assert!(
+        matches!(h.master.phase(), JobPhase::Failing { .. }),
+        "{}",
+        h.master.phase().name()
+    );
+    assert!(
+        h.executors.recorded().cancels >= 1,
+        "the run was not cancelled"
+    );
+    h.report_all(cancelled);
+    h.settle();
+    assert!(
+        matches!(h.master.phase(), JobPhase::Restarting { .. }),
+        "{}",
+        h.master.phase().name()
+    );
+    // Nine seconds later: still waiting, however many times the loop looks.
+    h.clock.advance(Duration::from_secs(9));
+    h.settle();
+    assert_eq!(h.runs(), 1);
+    assert!(matches!(h.master.phase(), JobPhase::Restarting { .. }));
+    h.clock.advance(Duration::from_secs(2));
+    h.settle();
+    assert_eq!(h.runs(), 2, "no restart after the back-off");
+    assert!(matches!(h.master.phase(), JobPhase::Running));
+    assert_eq!(h.master.restart.restarts(), 1);
+}
+
+#[test]
+fn a_cancel_during_the_back_off_ends_the_job_without_a_new_run() {
+    let mut h = harness(None);
+    h.master.try_deploy();
+    h.report_all(|task| TaskEvent::Failed {
+        task,
+        error: TaskError::Internal("boom".into()),
+        metrics: Vec::new(),
+    });
+    h.settle();
+    assert!(matches!(h.master.phase(), JobPhase::Restarting { .. }));
+    h.commands.send(JobCommand::Cancel).unwrap();
+    h.settle();
+    h.clock.advance(Duration::from_secs(60));
+    h.settle();
+    assert_eq!(h.runs(), 1, "a cancelled job restarted");
+    let outcome = h.master.outcome.take().expect("the job ended");
+    assert_eq!(outcome.unwrap().status, JobStatus::Cancelled);
+}
+
+#[test]
+fn too_few_slots_wait_then_fail_over_after_the_slot_timeout() {
+    let mut h = harness(Some(1));
+    h.master.try_deploy();
+    h.settle();
+    assert!(matches!(
+        h.master.phase(),
+        JobPhase::WaitingForResources { .. }
+    ));
+    assert_eq!(h.runs(), 0);
+    h.clock.advance(Duration::from_secs(29));
+    h.settle();
+    assert!(matches!(
+        h.master.phase(),
+        JobPhase::WaitingForResources { .. }
+    ));
+    // The timeout passes: a failure, for the restart strategy.
+    h.clock.advance(Duration::from_secs(2));
+    h.settle();
+    assert!(
+        matches!(h.master.phase(), JobPhase::Restarting { .. }),
+        "{}",
+        h.master.phase().name()
+    );
+    // Slots appear during the back-off: the next run deploys once it is over.
+    h.executors.recorded().slots = Some(2);
+    h.clock.advance(Duration::from_secs(10));
+    h.settle();
+    assert_eq!(h.runs(), 1);
+    assert!(matches!(h.master.phase(), JobPhase::Running));
+}
+
+#[test]
+fn the_restart_strategy_gives_up_with_the_cause() {
+    let mut h = harness(None);
+    h.master.try_deploy();
+    for attempt in 0..4 {
+        h.report_all(|task| TaskEvent::Failed {
+            task,
+            error: TaskError::Internal(format!("boom {attempt}")),
+            metrics: Vec::new(),
+        });
+        h.settle();
+        h.clock.advance(Duration::from_secs(11));
+        h.settle();
+    }
+    assert_eq!(h.runs(), 4, "three restarts");
+    let error = h.master.outcome.take().expect("the job ended").unwrap_err();
+    assert!(error.to_string().contains("boom 3"), "{error}");
+}
+
+#[test]
+fn savepoints_are_refused_while_the_job_restarts() {
+    let mut h = harness(None);
+    h.master.try_deploy();
+    h.report_all(|task| TaskEvent::Failed {
+        task,
+        error: TaskError::Internal("boom".into()),
+        metrics: Vec::new(),
+    });
+    h.settle();
+    let (reply, answer) = crossbeam_channel::bounded(1);
+    h.commands
+        .send(JobCommand::TriggerSavepoint(reply))
+        .unwrap();
+    h.settle();
+    let error = answer.try_recv().unwrap().unwrap_err();
+    assert!(error.to_string().contains("restarting"), "{error}");
+}
+
+#[test]
+fn periodic_checkpoints_start_and_expire_on_the_clock() {
+    let mut h = harness_with(None, |c| {
+        c.with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_secs(1))
+                .with_timeout(Duration::from_secs(5))
+                .with_tolerable_failures(10),
+        )
+    });
+    h.master.try_deploy();
+    h.settle();
+    assert!(h.master.coordinator.pending_ids().is_empty());
+    h.clock.advance(Duration::from_millis(1100));
+    h.settle();
+    let pending = h.master.coordinator.pending_ids();
+    assert_eq!(pending.len(), 1, "no checkpoint after the interval");
+    // Nobody acknowledges: it expires five seconds later, and the tasks hear of it.
+    h.clock.advance(Duration::from_millis(4_000));
+    h.settle();
+    assert_eq!(h.master.coordinator.pending_ids(), pending);
+    h.clock.advance(Duration::from_millis(1_100));
+    h.settle();
+    assert!(!h.master.coordinator.pending_ids().contains(&pending[0]));
+    assert_eq!(h.master.coordinator.history().failed, 1);
+    assert!(h
+        .executors
+        .recorded()
+        .controls
+        .contains(&TaskControl::Notify(
+            crate::runtime::snapshot::CheckpointNotification::Aborted(pending[0])
+        )));
+    assert!(matches!(h.master.phase(), JobPhase::Running));
+}
