@@ -56,6 +56,8 @@ log "smoke run of the Weir-vs-Flink benchmark on small inputs (installs Flink in
 cargo run --locked -q -p weir-bench --bin weir-vs-flink -- --rows 20000 --events 20000 \
     --parallelism 2 --workloads keyed,q2 --runs 1 --data-dir target/bench-smoke \
     --json target/bench-smoke/results.json | tail -n 2
+log "deployment files: Kubernetes manifests (kubernetes-validate) and the Dockerfile (hadolint)"
+scripts/validate-manifests.sh
 log "documentation tests"
 cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"
