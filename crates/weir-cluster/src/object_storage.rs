@@ -314,7 +314,13 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     fn init_location(&self, id: u64, kind: SnapshotType) -> Result<String, StorageError> {
         let name = location_name(id, kind);
         let location = self.location(id, kind);
-        if self.scan()?.contains_key(&name) {
+        // Only this location's prefix is listed: the job's other locations may be many.
+        let prefix = self.under(&[&name]);
+        let existing: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| io_error("list", &location, e))?;
+        if !existing.is_empty() {
             return Err(StorageError::Io {
                 action: "create",
                 path: location,

@@ -78,6 +78,40 @@ pub fn run_jobmanager(
         Box::new(ClusterTaskExecutors::new(shared.clone())),
     )?);
     shared.lock().client = Some(client.clone());
+    let (server, monitor) = serve(&runtime, listener, &shared);
+    tracing::info!(%address, job = %shared.job_name, "JobManager listening");
+    let result = client.wait();
+    let (status, error) = match &result {
+        Ok(r) => (status_name(r.status).to_string(), String::new()),
+        Err(e) => ("FAILED".to_string(), e.to_string()),
+    };
+    {
+        let mut state = shared.lock();
+        state.ended = Some((status.clone(), error.clone()));
+        let sessions: Vec<_> = state.registry.sessions().map(|(s, _)| s).collect();
+        for session in sessions {
+            state.send(
+                session,
+                Body::JobEnded(proto::JobEnded {
+                    status: status.clone(),
+                    error: error.clone(),
+                }),
+            );
+        }
+    }
+    std::thread::sleep(FAREWELL);
+    monitor.abort();
+    server.abort();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result.map_err(ClusterError::from)
+}
+
+/// Serves the gRPC service on `listener` and checks heartbeats, on `runtime`.
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    listener: std::net::TcpListener,
+    shared: &Arc<Shared>,
+) -> (tokio::task::JoinHandle<std::io::Result<()>>, tokio::task::JoinHandle<()>) {
     let server = {
         let shared = shared.clone();
         runtime.spawn(async move {
@@ -109,31 +143,63 @@ pub fn run_jobmanager(
             }
         })
     };
-    tracing::info!(%address, job = %shared.job_name, "JobManager listening");
-    let result = client.wait();
-    let (status, error) = match &result {
-        Ok(r) => (status_name(r.status).to_string(), String::new()),
-        Err(e) => ("FAILED".to_string(), e.to_string()),
-    };
-    {
-        let mut state = shared.lock();
-        state.ended = Some((status.clone(), error.clone()));
-        let sessions: Vec<_> = state.registry.sessions().map(|(s, _)| s).collect();
-        for session in sessions {
-            state.send(
-                session,
-                Body::JobEnded(proto::JobEnded {
-                    status: status.clone(),
-                    error: error.clone(),
-                }),
-            );
-        }
+    (server, monitor)
+}
+
+/// What a JobManager's control plane handled while serving without a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlPlaneStats {
+    /// The most TaskManagers registered at once.
+    pub registered: usize,
+    /// Messages received from them.
+    pub messages: u64,
+    /// Of which stale (task reports with no run to go to).
+    pub stale: u64,
+}
+
+/// Serves TaskManager sessions without a job for `duration`: the control-plane simulation
+/// of `weir-cluster-bench`. Registrations and heartbeats are handled as for a job (and the
+/// JobManager's heartbeats sent); task reports, with no run to go to, are decoded, counted
+/// and dropped.
+pub fn serve_without_job(
+    config: &ClusterConfig,
+    fingerprint: u64,
+    duration: Duration,
+) -> Result<ControlPlaneStats, ClusterError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
+    let listener = std::net::TcpListener::bind(&config.rpc_bind).map_err(|source| ClusterError::Bind {
+        address: config.rpc_bind.clone(),
+        setting: "--rpc-bind-address / --jobmanager-address",
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ClusterError::Internal(format!("cannot configure the RPC socket: {e}")))?;
+    let shared = Shared::new(config.clone(), fingerprint, "control-plane simulation".into());
+    shared.lock().epoch = 1;
+    let (server, monitor) = serve(&runtime, listener, &shared);
+    let end = std::time::Instant::now() + duration;
+    let mut registered = 0;
+    while std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        registered = registered.max(shared.lock().registry.sessions().count());
     }
-    std::thread::sleep(FAREWELL);
+    let stats = {
+        let state = shared.lock();
+        ControlPlaneStats {
+            registered,
+            messages: state.messages,
+            stale: state.stale_messages,
+        }
+    };
     monitor.abort();
     server.abort();
     runtime.shutdown_timeout(Duration::from_secs(1));
-    result.map_err(ClusterError::from)
+    Ok(stats)
 }
 
 /// A job status as the control plane spells it.

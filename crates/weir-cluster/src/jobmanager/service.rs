@@ -237,6 +237,7 @@ fn on_message(
     message: proto::TaskManagerMessage,
 ) -> bool {
     let mut state = shared.lock();
+    state.messages += 1;
     if !state.registry.heartbeat(session, Instant::now()) {
         state.stale_messages += 1;
         tracing::info!(taskmanager = %id, session, "message of a stale session rejected; the session is closed");

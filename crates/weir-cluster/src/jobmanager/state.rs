@@ -71,6 +71,8 @@ pub struct JobManagerState {
     pub run: Option<RunState>,
     /// Messages ignored as stale (unknown session, old run or epoch).
     pub stale_messages: u64,
+    /// Messages received from TaskManagers.
+    pub messages: u64,
     /// How the job ended, once it has: status and error.
     pub ended: Option<(String, String)>,
     /// The job's client, for the status and control calls.
@@ -100,6 +102,7 @@ impl Shared {
                 outbound: HashMap::new(),
                 run: None,
                 stale_messages: 0,
+                messages: 0,
                 ended: None,
                 client: None,
             }),

@@ -162,6 +162,8 @@ impl TaskManager {
     /// registration timeout.
     async fn serve(&mut self) -> Result<(String, String), ClusterError> {
         let mut unreachable_since = Instant::now();
+        // Retries start fast (a JobManager starting beside) and slow down to half a second.
+        let mut retry = Duration::from_millis(25);
         loop {
             let end = self.session(&mut unreachable_since).await;
             // Whatever ended the session, the run's tasks cannot report any more.
@@ -185,7 +187,8 @@ impl TaskManager {
                         });
                     }
                     tracing::info!(%reason, "no session with the JobManager; reconnecting");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_millis(500));
                 }
             }
         }
