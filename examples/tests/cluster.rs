@@ -286,3 +286,89 @@ fn census_with_checkpoints_on_s3_survives_a_taskmanager_kill() {
         "not restored from S3:\n{jm}"
     );
 }
+
+/// Runs the census binary with `args` to its end (at most 60 s); its status and stderr.
+fn census_process(work: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let work_dir = work.join("job");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_census"))
+        .args([
+            "--work-dir",
+            work_dir.to_str().unwrap(),
+            "--quiet",
+            "--fail-after-rows",
+            "0",
+        ])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    weir_testkit::wait_with_stderr(&mut child, Duration::from_secs(60), "census")
+}
+
+#[test]
+fn a_taskmanager_built_from_another_job_graph_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = census_cluster(work.path(), "4000");
+    cluster.start_jobmanager();
+    // The same binary with another parallelism builds another job graph.
+    let (status, stderr) = census_process(
+        work.path(),
+        &[
+            "--role",
+            "taskmanager",
+            "--parallelism",
+            "2",
+            "--jobmanager-address",
+            &cluster.jobmanager_address.clone(),
+        ],
+    );
+    assert!(!status.success());
+    assert!(
+        stderr.contains("refused this TaskManager") && stderr.contains("another job graph"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_cluster_settings_name_the_setting() {
+    let work = tempfile::tempdir().unwrap();
+    // Nobody listens at the JobManager address: the TaskManager gives up after the
+    // registration timeout, naming the address and the flag.
+    let nowhere = format!("127.0.0.1:{}", weir_testkit::local_cluster::free_port());
+    let (status, stderr) = census_process(
+        work.path(),
+        &[
+            "--role",
+            "taskmanager",
+            "--jobmanager-address",
+            &nowhere,
+            "--registration-timeout-ms",
+            "300",
+        ],
+    );
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cannot reach the JobManager at {nowhere}"))
+            && stderr.contains("--jobmanager-address"),
+        "{stderr}"
+    );
+    // The JobManager's port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let (status, stderr) = census_process(
+        work.path(),
+        &["--role", "jobmanager", "--jobmanager-address", &address],
+    );
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}"))
+            && stderr.contains("--jobmanager-address"),
+        "{stderr}"
+    );
+    // A role without slots.
+    let (status, stderr) = census_process(work.path(), &["--role", "taskmanager", "--slots", "0"]);
+    assert!(!status.success());
+    assert!(stderr.contains("--slots"), "{stderr}");
+}

@@ -104,7 +104,10 @@ struct JobArgs {
 fn run_job(args: &JobArgs) -> Result<()> {
     let mut config = ExecutionConfig::default().with_parallelism(args.parallelism);
     if args.checkpoint_interval_ms > 0 {
-        let storage = args.checkpoint_storage.as_deref().context("--checkpoint-storage")?;
+        let storage = args
+            .checkpoint_storage
+            .as_deref()
+            .context("--checkpoint-storage")?;
         config = config.with_checkpointing(
             CheckpointConfig::default()
                 .with_interval(Duration::from_millis(args.checkpoint_interval_ms))
@@ -118,15 +121,11 @@ fn run_job(args: &JobArgs) -> Result<()> {
     if args.rate > 0.0 {
         source = source.with_rate_limit(args.rate);
     }
-    env.from_source(
-        source,
-        WatermarkStrategy::no_watermarks(),
-        "records",
-    )
-    .key_by(|r: &(u64, u64)| r.0)
-    .reduce(|a: (u64, u64), b: (u64, u64)| (a.0, a.1 + b.1))
-    .name("sum")
-    .sink_to(DiscardingSink, "discard");
+    env.from_source(source, WatermarkStrategy::no_watermarks(), "records")
+        .key_by(|r: &(u64, u64)| r.0)
+        .reduce(|a: (u64, u64), b: (u64, u64)| (a.0, a.1 + b.1))
+        .name("sum")
+        .sink_to(DiscardingSink, "discard");
     let result = env.execute("cluster-bench")?;
     let completed = result.checkpoints.completed;
     let mean_ms = if completed > 0 {
@@ -178,12 +177,18 @@ fn wait_cpu(child: &mut std::process::Child) -> Result<(std::process::ExitStatus
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn job_command(job: &[String]) -> Result<Command> {
     let mut command = Command::new(std::env::current_exe()?);
-    command.arg("job").args(job).stdin(Stdio::null()).stderr(Stdio::inherit());
+    command
+        .arg("job")
+        .args(job)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
     Ok(command)
 }
 
@@ -248,24 +253,46 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn network(records: u64, keys: u64, runs: usize) -> Result<()> {
-    let job: Vec<String> = ["--records", &records.to_string(), "--keys", &keys.to_string(), "--parallelism", "2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    println!("keyed aggregation, {records} records, {keys} keys, parallelism 2, median of {runs} runs");
-    println!("{:<34} {:>10} {:>14} {:>16}", "deployment", "wall s", "records/s", "CPU µs/record");
+    let job: Vec<String> = [
+        "--records",
+        &records.to_string(),
+        "--keys",
+        &keys.to_string(),
+        "--parallelism",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    println!(
+        "keyed aggregation, {records} records, {keys} keys, parallelism 2, median of {runs} runs"
+    );
+    println!(
+        "{:<34} {:>10} {:>14} {:>16}",
+        "deployment", "wall s", "records/s", "CPU µs/record"
+    );
     let mut rows = Vec::new();
-    for (name, cluster_mode) in [("one process", false), ("JobManager + 2 TaskManagers", true)] {
+    for (name, cluster_mode) in [
+        ("one process", false),
+        ("JobManager + 2 TaskManagers", true),
+    ] {
         let mut walls = Vec::new();
         let mut cpus = Vec::new();
         for _ in 0..runs {
-            let (wall, cpu) = if cluster_mode { cluster(&job)? } else { one_process(&job)? };
+            let (wall, cpu) = if cluster_mode {
+                cluster(&job)?
+            } else {
+                one_process(&job)?
+            };
             walls.push(wall);
             cpus.push(cpu);
         }
         let (wall, cpu) = (median(walls), median(cpus));
         let per_record = cpu * 1e6 / records as f64;
-        println!("{name:<34} {wall:>10.2} {:>14.0} {per_record:>16.3}", records as f64 / wall);
+        println!(
+            "{name:<34} {wall:>10.2} {:>14.0} {per_record:>16.3}",
+            records as f64 / wall
+        );
         rows.push(per_record);
     }
     println!(
@@ -289,18 +316,34 @@ fn checkpoints(records: u64, keys: u64) -> Result<()> {
         ("S3-compatible server", format!("{s3}/bench-{nanos}")),
     ];
     println!("keyed state of {keys} keys, {records} records at 1 M/s, parallelism 2, a checkpoint every 200 ms");
-    println!("{:<24} {:>12} {:>14} {:>14} {:>14}", "storage", "checkpoints", "mean ms", "max ms", "state bytes");
+    println!(
+        "{:<24} {:>12} {:>14} {:>14} {:>14}",
+        "storage", "checkpoints", "mean ms", "max ms", "state bytes"
+    );
     for (name, url) in targets {
         let job: Vec<String> = [
-            "--records", &records.to_string(), "--keys", &keys.to_string(), "--parallelism", "2",
-            "--checkpoint-interval-ms", "200", "--checkpoint-storage", &url, "--rate", "1000000",
+            "--records",
+            &records.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--checkpoint-interval-ms",
+            "200",
+            "--checkpoint-storage",
+            &url,
+            "--rate",
+            "1000000",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let output = job_command(&job)?.output()?;
         if !output.status.success() {
-            bail!("the {name} run failed: {}", String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "the {name} run failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         let out = String::from_utf8_lossy(&output.stdout);
         let field = |f| result_field(&out, f).unwrap_or(f64::NAN);
@@ -333,7 +376,11 @@ fn real_main() -> Result<()> {
         keys: 10_000,
         runs: 3,
     }) {
-        Bench::Network { records, keys, runs } => network(records, keys, runs),
+        Bench::Network {
+            records,
+            keys,
+            runs,
+        } => network(records, keys, runs),
         Bench::Checkpoints { records, keys } => checkpoints(records, keys),
         Bench::Job(job) => run_job(&job),
         Bench::ControlPlane {
@@ -342,7 +389,13 @@ fn real_main() -> Result<()> {
             heartbeat_ms,
             checkpoint_ms,
             seconds,
-        } => control_plane::simulate(&taskmanagers, subtasks, heartbeat_ms, checkpoint_ms, seconds),
+        } => control_plane::simulate(
+            &taskmanagers,
+            subtasks,
+            heartbeat_ms,
+            checkpoint_ms,
+            seconds,
+        ),
         Bench::ServeControlPlane {
             address,
             seconds,
@@ -375,14 +428,28 @@ mod control_plane {
             ..weir_cluster::ClusterArgs::default()
         };
         let config = args.config()?.context("no role")?;
-        let stats = weir_cluster::jobmanager::serve_without_job(&config, FINGERPRINT, Duration::from_secs(seconds))?;
-        println!("STATS registered={} messages={} stale={}", stats.registered, stats.messages, stats.stale);
+        let stats = weir_cluster::jobmanager::serve_without_job(
+            &config,
+            FINGERPRINT,
+            Duration::from_secs(seconds),
+        )?;
+        println!(
+            "STATS registered={} messages={} stale={}",
+            stats.registered, stats.messages, stats.stale
+        );
         Ok(())
     }
 
     /// One simulated TaskManager until `end`: registers, heartbeats, and acknowledges every
     /// checkpoint for each of its subtasks. Returns the messages it sent.
-    async fn taskmanager(address: String, id: usize, subtasks: u32, heartbeat: Duration, checkpoint: Duration, end: Instant) -> Result<u64> {
+    async fn taskmanager(
+        address: String,
+        id: usize,
+        subtasks: u32,
+        heartbeat: Duration,
+        checkpoint: Duration,
+        end: Instant,
+    ) -> Result<u64> {
         let mut client = JobManagerServiceClient::connect(format!("http://{address}")).await?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tx.send(proto::TaskManagerMessage {
@@ -394,7 +461,10 @@ mod control_plane {
                 data_address: "127.0.0.1:9".into(),
             })),
         })?;
-        let mut inbound = client.session(UnboundedReceiverStream::new(rx)).await?.into_inner();
+        let mut inbound = client
+            .session(UnboundedReceiverStream::new(rx))
+            .await?
+            .into_inner();
         tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
         let mut sent = 1u64;
         let mut beat = tokio::time::interval(heartbeat);
@@ -430,16 +500,41 @@ mod control_plane {
         Ok(sent)
     }
 
-    pub fn simulate(counts: &str, subtasks: u32, heartbeat_ms: u64, checkpoint_ms: u64, seconds: u64) -> Result<()> {
+    pub fn simulate(
+        counts: &str,
+        subtasks: u32,
+        heartbeat_ms: u64,
+        checkpoint_ms: u64,
+        seconds: u64,
+    ) -> Result<()> {
         println!("control plane: simulated TaskManagers with {subtasks} subtasks each, heartbeats every {heartbeat_ms} ms, a checkpoint every {checkpoint_ms} ms, {seconds} s each");
-        println!("{:>14} {:>12} {:>14} {:>16} {:>18} {:>14}", "TaskManagers", "registered", "messages/s", "JM CPU ms/s", "JM CPU µs/message", "data conns");
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        println!(
+            "{:>14} {:>12} {:>14} {:>16} {:>18} {:>14}",
+            "TaskManagers",
+            "registered",
+            "messages/s",
+            "JM CPU ms/s",
+            "JM CPU µs/message",
+            "data conns"
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
         for count in counts.split(',') {
             let count: usize = count.trim().parse().context("--taskmanagers")?;
             let port = super::free_port()?;
             let address = format!("127.0.0.1:{port}");
             let mut server = std::process::Command::new(std::env::current_exe()?)
-                .args(["serve-control-plane", "--address", &address, "--seconds", &(seconds + 2).to_string(), "--heartbeat-ms", &heartbeat_ms.to_string()])
+                .args([
+                    "serve-control-plane",
+                    "--address",
+                    &address,
+                    "--seconds",
+                    &(seconds + 2).to_string(),
+                    "--heartbeat-ms",
+                    &heartbeat_ms.to_string(),
+                ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()?;
@@ -448,7 +543,14 @@ mod control_plane {
             let sent: u64 = runtime.block_on(async {
                 let mut handles = Vec::new();
                 for id in 0..count {
-                    handles.push(tokio::spawn(taskmanager(address.clone(), id, subtasks, Duration::from_millis(heartbeat_ms), Duration::from_millis(checkpoint_ms), end)));
+                    handles.push(tokio::spawn(taskmanager(
+                        address.clone(),
+                        id,
+                        subtasks,
+                        Duration::from_millis(heartbeat_ms),
+                        Duration::from_millis(checkpoint_ms),
+                        end,
+                    )));
                 }
                 let mut sent = 0;
                 for h in handles {
@@ -463,7 +565,10 @@ mod control_plane {
                 bail!("the simulated JobManager failed: {status}");
             }
             let field = |f: &str| -> u64 {
-                out.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{f}="))).and_then(|v| v.parse().ok()).unwrap_or(0)
+                out.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
             };
             let messages = field("messages");
             println!(

@@ -2,6 +2,21 @@
 
 use weir::WeirError;
 
+/// An error and its causes on one line (`a: b: c`), for messages that carry another
+/// library's error, whose own `Display` is often only its outermost layer.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// A cluster-mode failure, naming the setting or the peer involved.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -16,15 +31,14 @@ pub enum ClusterError {
         reason: String,
     },
     /// A socket could not be bound.
-    #[error("cannot listen on {address} ({setting}): {source}")]
+    #[error("cannot listen on {address} ({setting}): {cause}")]
     Bind {
         /// The address.
         address: String,
         /// The setting that chose it.
         setting: &'static str,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The JobManager could not be reached within the registration timeout.
     #[error(

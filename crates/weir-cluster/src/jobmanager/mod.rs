@@ -60,7 +60,7 @@ pub fn run_jobmanager(
         std::net::TcpListener::bind(&config.rpc_bind).map_err(|source| ClusterError::Bind {
             address: config.rpc_bind.clone(),
             setting: "--rpc-bind-address / --jobmanager-address",
-            source,
+            cause: source,
         })?;
     listener
         .set_nonblocking(true)
@@ -111,7 +111,10 @@ fn serve(
     runtime: &tokio::runtime::Runtime,
     listener: std::net::TcpListener,
     shared: &Arc<Shared>,
-) -> (tokio::task::JoinHandle<std::io::Result<()>>, tokio::task::JoinHandle<()>) {
+) -> (
+    tokio::task::JoinHandle<std::io::Result<()>>,
+    tokio::task::JoinHandle<()>,
+) {
     let server = {
         let shared = shared.clone();
         runtime.spawn(async move {
@@ -171,15 +174,20 @@ pub fn serve_without_job(
         .enable_all()
         .build()
         .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
-    let listener = std::net::TcpListener::bind(&config.rpc_bind).map_err(|source| ClusterError::Bind {
-        address: config.rpc_bind.clone(),
-        setting: "--rpc-bind-address / --jobmanager-address",
-        source,
-    })?;
+    let listener =
+        std::net::TcpListener::bind(&config.rpc_bind).map_err(|cause| ClusterError::Bind {
+            address: config.rpc_bind.clone(),
+            setting: "--rpc-bind-address / --jobmanager-address",
+            cause,
+        })?;
     listener
         .set_nonblocking(true)
         .map_err(|e| ClusterError::Internal(format!("cannot configure the RPC socket: {e}")))?;
-    let shared = Shared::new(config.clone(), fingerprint, "control-plane simulation".into());
+    let shared = Shared::new(
+        config.clone(),
+        fingerprint,
+        "control-plane simulation".into(),
+    );
     shared.lock().epoch = 1;
     let (server, monitor) = serve(&runtime, listener, &shared);
     let end = std::time::Instant::now() + duration;

@@ -168,8 +168,7 @@ impl JobManagerService for JobManagerRpc {
                     status,
                     epoch: state.epoch,
                     registered_taskmanagers: state.registry.sessions().count() as u32,
-                    free_slots: state.registry.total_slots(),
-                    restarts: 0,
+                    slots: state.registry.total_slots(),
                     completed_checkpoints: 0,
                     stale_messages: state.stale_messages,
                     taskmanagers: state
@@ -181,7 +180,8 @@ impl JobManagerService for JobManagerRpc {
                 state.client.clone(),
             )
         };
-        if let Some(client) = client.filter(|c| !c.is_finished()) {
+        // Once the job has ended its loop no longer answers; the status says how it ended.
+        if let Some(client) = client.filter(|_| response.status == "RUNNING") {
             if let Ok(history) = blocking(move || client.checkpoint_history()).await {
                 response.completed_checkpoints = history.completed;
             }

@@ -206,7 +206,9 @@ impl TaskManager {
         };
         let channel = match channel.connect().await {
             Ok(channel) => channel,
-            Err(e) => return SessionEnd::Lost(format!("cannot connect: {e}")),
+            Err(e) => {
+                return SessionEnd::Lost(format!("cannot connect: {}", crate::error::chain(&e)))
+            }
         };
         let mut client = JobManagerServiceClient::new(channel);
         let (tx, rx) = mpsc::unbounded_channel();

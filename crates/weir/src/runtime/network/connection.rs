@@ -118,7 +118,7 @@ impl Connection {
             let what = what.to_string();
             move |source| NetworkError::Io {
                 what: format!("{what} of the connection to {peer}"),
-                source,
+                cause: source,
             }
         };
         stream.set_nodelay(true).map_err(io("setting no-delay"))?;

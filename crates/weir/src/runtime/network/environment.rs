@@ -62,11 +62,11 @@ impl NetworkEnvironment {
     ) -> Result<Self, NetworkError> {
         let listener = TcpListener::bind(bind).map_err(|source| NetworkError::Io {
             what: format!("listening for data connections on {bind} (taskmanager.data-port)"),
-            source,
+            cause: source,
         })?;
         let address = listener.local_addr().map_err(|source| NetworkError::Io {
             what: "reading the data port's address".into(),
-            source,
+            cause: source,
         })?;
         let environment = Self {
             id: id.into(),
@@ -82,7 +82,7 @@ impl NetworkEnvironment {
             .spawn(move || accept_loop(listener, job_fingerprint, &pending, &stopped))
             .map_err(|source| NetworkError::Io {
                 what: "starting the data port's accept thread".into(),
-                source,
+                cause: source,
             })?;
         Ok(environment)
     }
@@ -145,14 +145,14 @@ impl NetworkEnvironment {
             let attempt = TcpStream::connect_timeout(&address, left.max(Duration::from_millis(1)))
                 .map_err(|source| NetworkError::Io {
                     what: format!("connecting to {name}"),
-                    source,
+                    cause: source,
                 })
                 .and_then(|mut stream| {
                     stream
                         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
                         .map_err(|source| NetworkError::Io {
                             what: format!("setting a timeout on the connection to {name}"),
-                            source,
+                            cause: source,
                         })?;
                     dial_handshake(&mut stream, &hello, name)?;
                     Ok(stream)
@@ -244,7 +244,7 @@ fn accept_one(
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(|source| NetworkError::Io {
             what: format!("setting a timeout on the connection from {peer}"),
-            source,
+            cause: source,
         })?;
     let hello = read_hello(&mut stream, &peer)?;
     let answer = if hello.job_fingerprint == fingerprint {
@@ -257,7 +257,7 @@ fn accept_one(
     };
     answer_handshake(&mut stream, &answer).map_err(|source| NetworkError::Io {
         what: format!("answering {peer}"),
-        source,
+        cause: source,
     })?;
     if let Err(reason) = answer {
         return Err(NetworkError::Handshake { peer, reason });

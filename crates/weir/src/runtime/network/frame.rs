@@ -147,7 +147,7 @@ impl<R: Read> FrameReader<R> {
     fn io(&self, source: std::io::Error) -> NetworkError {
         NetworkError::Io {
             what: format!("reading from {}", self.peer),
-            source,
+            cause: source,
         }
     }
 
@@ -256,7 +256,7 @@ pub fn dial_handshake<S: Read + Write>(
 ) -> Result<(), NetworkError> {
     let io = |source| NetworkError::Io {
         what: format!("handshake with {peer}"),
-        source,
+        cause: source,
     };
     stream.write_all(MAGIC).map_err(io)?;
     write_message(stream, hello).map_err(io)?;

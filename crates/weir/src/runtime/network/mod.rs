@@ -28,13 +28,12 @@ pub mod transport;
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
     /// A socket operation failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done, naming the peer.
         what: String,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The peer sent bytes that are not a valid frame.
     #[error("malformed frame from {peer}: {reason}")]
