@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_kafka::client_config::KafkaConnection;
 use weir_kafka::word_count;
 use weir_testkit::local_cluster::LocalCluster;
-use weir_testkit::{latest_checkpoint, seeds, Rng};
+use weir_testkit::{seeds, Rng};
 
 const PARTITIONS: i32 = 3;
 const RECORDS: u64 = 30_000;
@@ -116,7 +116,6 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         cluster.start_taskmanager("tm-2", 1);
         cluster.start_taskmanager("tm-3", 1);
         let checkpoints = setup.work.path().join("job/checkpoints");
-        let deadline = Instant::now() + Duration::from_secs(60);
         assert!(
             cluster.wait_taskmanager_exit("tm-1", Duration::from_secs(60)),
             "tm-1 never reached a commit:\n{}",
@@ -129,20 +128,14 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         );
         cluster.start_taskmanager("tm-4", 1);
         // Then a random SIGKILL once the job committed again.
-        let reached = latest_checkpoint(&checkpoints, word_count::JOB_NAME);
-        while latest_checkpoint(&checkpoints, word_count::JOB_NAME) <= reached
-            && Instant::now() < deadline
-            && !cluster.jobmanager_exited()
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(rng.below(300)));
-        let ids = cluster.taskmanager_ids();
-        if !cluster.jobmanager_exited() && !ids.is_empty() {
-            let victim = ids[rng.below(ids.len() as u64) as usize].clone();
+        if let Some(victim) = cluster.kill_random_after_next_checkpoint(
+            &checkpoints,
+            word_count::JOB_NAME,
+            &mut rng,
+            "tm-5",
+            1,
+        ) {
             println!("  SIGKILL {victim}");
-            cluster.kill_taskmanager(&victim);
-            cluster.start_taskmanager("tm-5", 1);
         }
         finish_and_verify(&mut cluster, &setup, &format!("seed {seed}"));
     }

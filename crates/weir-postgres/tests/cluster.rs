@@ -8,12 +8,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_postgres::word_count;
-use weir_postgres::PostgresConnection;
 use weir_testkit::local_cluster::LocalCluster;
-use weir_testkit::{latest_checkpoint, seeds, Rng};
+use weir_testkit::{seeds, Rng};
 
 const RECORDS: u64 = 20_000;
 const WORDS: u64 = 200;
@@ -70,21 +69,14 @@ fn exactly_once_table_survives_taskmanager_kills() {
         );
         cluster.start_taskmanager("tm-4", 1);
         let checkpoints = work_dir.join("checkpoints");
-        let reached = latest_checkpoint(&checkpoints, word_count::JOB_NAME);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while latest_checkpoint(&checkpoints, word_count::JOB_NAME) <= reached
-            && Instant::now() < deadline
-            && !cluster.jobmanager_exited()
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(rng.below(300)));
-        let ids = cluster.taskmanager_ids();
-        if !cluster.jobmanager_exited() && !ids.is_empty() {
-            let victim = ids[rng.below(ids.len() as u64) as usize].clone();
+        if let Some(victim) = cluster.kill_random_after_next_checkpoint(
+            &checkpoints,
+            word_count::JOB_NAME,
+            &mut rng,
+            "tm-5",
+            1,
+        ) {
             println!("  SIGKILL {victim}");
-            cluster.kill_taskmanager(&victim);
-            cluster.start_taskmanager("tm-5", 1);
         }
         let (status, _) = cluster.wait_jobmanager(Duration::from_secs(180));
         assert!(
@@ -100,17 +92,7 @@ fn exactly_once_table_survives_taskmanager_kills() {
                 cluster.all_logs()
             );
         }
-        let mut client = PostgresConnection::new(&url)
-            .unwrap()
-            .connect("weir-test")
-            .unwrap();
-        let left: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE $1",
-                &[&format!("weir-count-{table}:%")],
-            )
-            .unwrap()
-            .get(0);
+        let left = common::prepared_transactions(&url, &format!("weir-count-{table}:%"));
         assert_eq!(left, 0, "prepared transactions left over");
     }
 }

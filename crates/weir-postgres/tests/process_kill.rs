@@ -15,7 +15,6 @@ use std::time::Duration;
 use weir_testkit::{kill_after, kill_after_checkpoint, seeds, wait_bounded, Rng};
 
 use weir_postgres::word_count;
-use weir_postgres::PostgresConnection;
 
 const RECORDS: u64 = 30_000;
 const WORDS: u64 = 300;
@@ -102,17 +101,7 @@ fn run_with_kills(delivery: &str, seed: u64) {
     if let Err(problems) = verdict {
         panic!("seed {seed}, {delivery}: table {table} is wrong: {problems}");
     }
-    let mut client = PostgresConnection::new(&common::url())
-        .unwrap()
-        .connect("weir-test")
-        .unwrap();
-    let left: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE $1",
-            &[&format!("weir-count-{table}:%")],
-        )
-        .unwrap()
-        .get(0);
+    let left = common::prepared_transactions(&common::url(), &format!("weir-count-{table}:%"));
     assert_eq!(left, 0, "prepared transactions left over");
 }
 

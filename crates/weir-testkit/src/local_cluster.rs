@@ -212,6 +212,37 @@ impl LocalCluster {
         false
     }
 
+    /// Once a checkpoint of `job` newer than the latest now in `checkpoints` completes (or
+    /// the job ends, or a minute passes), waits up to 300 ms (seeded by `rng`), SIGKILLs a
+    /// TaskManager chosen by `rng` and starts `replacement` with `slots` slots. Returns the
+    /// victim, if the job was still running.
+    pub fn kill_random_after_next_checkpoint(
+        &mut self,
+        checkpoints: &Path,
+        job: &str,
+        rng: &mut crate::Rng,
+        replacement: &str,
+        slots: u32,
+    ) -> Option<String> {
+        let reached = crate::latest_checkpoint(checkpoints, job);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while crate::latest_checkpoint(checkpoints, job) <= reached
+            && Instant::now() < deadline
+            && !self.jobmanager_exited()
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(300)));
+        let ids = self.taskmanager_ids();
+        if self.jobmanager_exited() || ids.is_empty() {
+            return None;
+        }
+        let victim = ids[rng.below(ids.len() as u64) as usize].clone();
+        self.kill_taskmanager(&victim);
+        self.start_taskmanager(replacement, slots);
+        Some(victim)
+    }
+
     /// Waits up to `limit` for every TaskManager to exit; returns those still running.
     pub fn wait_taskmanagers(&mut self, limit: Duration) -> Vec<String> {
         let deadline = Instant::now() + limit;

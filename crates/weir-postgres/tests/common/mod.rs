@@ -24,6 +24,21 @@ pub fn url_without_2pc() -> String {
     env("WEIR_POSTGRES_NO_2PC_URL")
 }
 
+/// How many prepared transactions whose id is LIKE `pattern` the server at `url` holds.
+pub fn prepared_transactions(url: &str, pattern: &str) -> i64 {
+    let mut client = weir_postgres::PostgresConnection::new(url)
+        .expect("a PostgreSQL URL")
+        .connect("weir-test")
+        .expect("a connection to PostgreSQL");
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE $1",
+            &[&pattern],
+        )
+        .expect("the prepared transactions")
+        .get(0)
+}
+
 /// A table name no other test (or earlier run) uses.
 pub fn unique(name: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);

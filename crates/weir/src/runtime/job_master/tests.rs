@@ -145,6 +145,15 @@ impl Harness {
     }
 }
 
+/// Every task of the latest run fails with `message`.
+fn fail_all(h: &Harness, message: &str) {
+    h.report_all(|task| TaskEvent::Failed {
+        task,
+        error: TaskError::Internal(message.to_string()),
+        metrics: Vec::new(),
+    });
+}
+
 fn cancelled(task: SubtaskRef) -> TaskEvent {
     TaskEvent::Failed {
         task,
@@ -200,11 +209,7 @@ fn a_failure_waits_out_the_back_off_on_the_clock_then_restarts() {
 fn a_cancel_during_the_back_off_ends_the_job_without_a_new_run() {
     let mut h = harness(None);
     h.master.try_deploy();
-    h.report_all(|task| TaskEvent::Failed {
-        task,
-        error: TaskError::Internal("boom".into()),
-        metrics: Vec::new(),
-    });
+    fail_all(&h, "boom");
     h.settle();
     assert!(matches!(h.master.phase(), JobPhase::Restarting { .. }));
     h.commands.send(JobCommand::Cancel).unwrap();
@@ -253,11 +258,7 @@ fn the_restart_strategy_gives_up_with_the_cause() {
     let mut h = harness(None);
     h.master.try_deploy();
     for attempt in 0..4 {
-        h.report_all(|task| TaskEvent::Failed {
-            task,
-            error: TaskError::Internal(format!("boom {attempt}")),
-            metrics: Vec::new(),
-        });
+        fail_all(&h, &format!("boom {attempt}"));
         h.settle();
         h.clock.advance(Duration::from_secs(11));
         h.settle();
@@ -271,11 +272,7 @@ fn the_restart_strategy_gives_up_with_the_cause() {
 fn savepoints_are_refused_while_the_job_restarts() {
     let mut h = harness(None);
     h.master.try_deploy();
-    h.report_all(|task| TaskEvent::Failed {
-        task,
-        error: TaskError::Internal("boom".into()),
-        metrics: Vec::new(),
-    });
+    fail_all(&h, "boom");
     h.settle();
     let (reply, answer) = crossbeam_channel::bounded(1);
     h.commands

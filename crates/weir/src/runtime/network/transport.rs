@@ -8,7 +8,7 @@ use super::environment::RunConnections;
 use super::NetworkError;
 use crate::graph::execution_graph::{ExecutionChannel, SubtaskRef};
 use crate::runtime::stream_type::StreamType;
-use crate::runtime::transport::{ChannelEnds, Transport};
+use crate::runtime::transport::{ChannelEnds, LocalTransport, Transport};
 
 /// Which TaskManager (by id) runs each subtask of a run.
 pub type Placement = HashMap<SubtaskRef, String>;
@@ -54,13 +54,7 @@ impl Transport for NetworkTransport<'_> {
         let consumer = self.host(channel.consumer)?;
         let (here_producer, here_consumer) = (producer == self.me, consumer == self.me);
         Ok(match (here_producer, here_consumer) {
-            (true, true) => {
-                let (sender, receiver) = ty.channel(capacity);
-                ChannelEnds {
-                    sender: Some(sender),
-                    receiver: Some(receiver),
-                }
-            }
+            (true, true) => LocalTransport.create_channel(index, channel, ty, capacity)?,
             (true, false) => {
                 let remote = self
                     .connections
