@@ -116,16 +116,7 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         cluster.start_taskmanager("tm-2", 1);
         cluster.start_taskmanager("tm-3", 1);
         let checkpoints = setup.work.path().join("job/checkpoints");
-        assert!(
-            cluster.wait_taskmanager_exit("tm-1", Duration::from_secs(60)),
-            "tm-1 never reached a commit:\n{}",
-            cluster.all_logs()
-        );
-        let tm1 = cluster.log("tm-1-1.err");
-        assert!(
-            tm1.contains("killing myself before committing"),
-            "tm-1 did not die before a commit:\n{tm1}"
-        );
+        cluster.expect_self_kill("tm-1", "killing myself before committing");
         cluster.start_taskmanager("tm-4", 1);
         // Then a random SIGKILL once the job committed again.
         if let Some(victim) = cluster.kill_random_after_next_checkpoint(

@@ -57,16 +57,7 @@ fn exactly_once_table_survives_taskmanager_kills() {
         cluster.start_taskmanager_with("tm-1", 1, &["--kill-before-commit"]);
         cluster.start_taskmanager("tm-2", 1);
         cluster.start_taskmanager("tm-3", 1);
-        assert!(
-            cluster.wait_taskmanager_exit("tm-1", Duration::from_secs(60)),
-            "tm-1 never reached a commit:\n{}",
-            cluster.all_logs()
-        );
-        let tm1 = cluster.log("tm-1-1.err");
-        assert!(
-            tm1.contains("killing myself before COMMIT PREPARED"),
-            "{tm1}"
-        );
+        cluster.expect_self_kill("tm-1", "killing myself before COMMIT PREPARED");
         cluster.start_taskmanager("tm-4", 1);
         let checkpoints = work_dir.join("checkpoints");
         if let Some(victim) = cluster.kill_random_after_next_checkpoint(

@@ -243,6 +243,18 @@ impl LocalCluster {
         Some(victim)
     }
 
+    /// Waits (a minute at most) for TaskManager `id`'s first process to end by itself and
+    /// checks that its log says `why` — for a TaskManager told to kill itself at some point.
+    pub fn expect_self_kill(&mut self, id: &str, why: &str) {
+        assert!(
+            self.wait_taskmanager_exit(id, Duration::from_secs(60)),
+            "{id} never ended:\n{}",
+            self.all_logs()
+        );
+        let log = self.log(&format!("{id}-1.err"));
+        assert!(log.contains(why), "{id} did not end with `{why}`:\n{log}");
+    }
+
     /// Waits up to `limit` for every TaskManager to exit; returns those still running.
     pub fn wait_taskmanagers(&mut self, limit: Duration) -> Vec<String> {
         let deadline = Instant::now() + limit;
