@@ -421,6 +421,14 @@ impl CheckpointCoordinator {
         }
     }
 
+    /// Checkpoint `next_id()` will not start after all (the job changed while its location
+    /// was being created): the id is skipped, and nothing counts as failed.
+    pub fn skip(&mut self, id: u64) {
+        if id == self.next_id {
+            self.next_id += 1;
+        }
+    }
+
     /// A fully acknowledged checkpoint could not be finalized (its metadata write failed).
     pub fn finalize_failed(&mut self, checkpoint: &PendingCheckpoint, reason: &str, now: Instant) {
         if checkpoint.barrier.snapshot_type == SnapshotType::Checkpoint {

@@ -5,7 +5,9 @@
 
 use std::time::Instant;
 
-use super::store_io::{FinalizeOutcome, StoreReply};
+use crossbeam_channel::Sender;
+
+use super::store_io::{FinalizeOutcome, InitFailure, StoreReply};
 use super::{Finalizing, JobMaster, JobPhase};
 use crate::checkpoint::config::CheckpointStorageConfig;
 use crate::checkpoint::coordinator::{AckOutcome, Acknowledgement, Participant, PendingCheckpoint};
@@ -15,14 +17,34 @@ use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 
-/// What ends with a checkpoint: the job's input (the final checkpoint), or the job by a
-/// stop-with-savepoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Finality {
-    /// The final checkpoint after every source has read all its input.
+/// Who asked for a checkpoint, and so what it is for.
+pub(super) enum Requester {
+    /// The interval elapsed.
+    Periodic,
+    /// Every source has read all its input: the final checkpoint.
     Final,
-    /// A stop-with-savepoint's savepoint.
-    Stop(StopMode),
+    /// The client, for a savepoint; answered with it.
+    Savepoint(Sender<Result<Savepoint, WeirError>>),
+    /// The client, for a stop-with-savepoint's savepoint; answered with it.
+    Stop(StopMode, Sender<Result<Savepoint, WeirError>>),
+}
+
+impl Requester {
+    fn kind(&self) -> SnapshotType {
+        match self {
+            Requester::Periodic | Requester::Final => SnapshotType::Checkpoint,
+            Requester::Savepoint(_) | Requester::Stop(..) => SnapshotType::Savepoint,
+        }
+    }
+}
+
+/// A checkpoint whose location the storage worker is creating.
+pub(super) struct Preparing {
+    /// Its id (the coordinator's next).
+    pub(super) id: u64,
+    pub(super) requester: Requester,
+    /// The run it is for.
+    pub(super) run: u64,
 }
 
 impl JobMaster {
@@ -30,6 +52,7 @@ impl JobMaster {
     pub(super) fn may_trigger_periodic(&self) -> bool {
         self.phase.may_trigger_periodic()
             && self.finalizing.is_empty()
+            && self.preparing.is_none()
             && self
                 .attempt
                 .as_ref()
@@ -66,82 +89,203 @@ impl JobMaster {
         });
     }
 
-    /// Takes a savepoint (`stop`: of a stop-with-savepoint) or checkpoint now, if the phase
-    /// allows it.
-    pub(super) fn trigger(
-        &mut self,
-        kind: SnapshotType,
-        last: Option<Finality>,
-    ) -> Result<u64, WeirError> {
-        let stop = matches!(last, Some(Finality::Stop(_)));
-        if kind == SnapshotType::Savepoint || stop {
+    /// Starts a checkpoint or savepoint for `requester`, if the phase allows it: the
+    /// storage worker creates its location, and [`on_location_ready`](Self::on_location_ready)
+    /// injects its barrier. Refused at once (and the requester told) when it cannot be taken.
+    pub(super) fn request_checkpoint(&mut self, requester: Requester) {
+        if let Err(error) = self.check_checkpoint(&requester) {
+            self.refuse(requester, error);
+            return;
+        }
+        let kind = requester.kind();
+        let Some(storage) = self.storage.clone() else {
+            return;
+        };
+        // The id is the coordinator's next; nothing else starts until this one has
+        // (`preparing` holds back every other trigger), so it stays the next.
+        let id = self.coordinator.next_id();
+        self.preparing = Some(Preparing {
+            id,
+            requester,
+            run: self.attempt.as_ref().map_or(0, |a| a.number),
+        });
+        self.io.submit(move |context| {
+            let result = storage.init_location(id, kind).map_err(|error| {
+                // The id taken by someone else means another process writes here: if it
+                // holds the job now, this one stops.
+                let fenced = context
+                    .store
+                    .as_ref()
+                    .and_then(|s| s.fencing().check().err());
+                InitFailure {
+                    error: error.into(),
+                    fenced,
+                }
+            });
+            Some(StoreReply::LocationReady { id, result })
+        });
+    }
+
+    /// Why `requester`'s checkpoint cannot be taken now, if not.
+    fn check_checkpoint(&self, requester: &Requester) -> Result<(), WeirError> {
+        let kind = requester.kind();
+        let stop = matches!(requester, Requester::Stop(..));
+        if kind == SnapshotType::Savepoint {
             if let Some(reason) = self.phase.refuses_savepoint(stop) {
                 return Err(WeirError::InvalidRequest(reason));
             }
         }
-        self.start_checkpoint(kind, last)
-    }
-
-    /// Starts a checkpoint or savepoint: the coordinator's bookkeeping, then the trigger to
-    /// every source coordinator.
-    fn start_checkpoint(
-        &mut self,
-        kind: SnapshotType,
-        last: Option<Finality>,
-    ) -> Result<u64, WeirError> {
         // A job without a storage is one without periodic checkpoints whose storage is in
         // memory: only a savepoint can be asked of it, and it has nowhere to go.
-        let storage = self.storage.clone().filter(|_| {
-            kind == SnapshotType::Checkpoint
-                || self.job.config.checkpoint.storage != CheckpointStorageConfig::Memory
-        });
-        let Some(storage) = storage else {
+        let has_storage = self.storage.is_some()
+            && (kind == SnapshotType::Checkpoint
+                || self.job.config.checkpoint.storage != CheckpointStorageConfig::Memory);
+        if !has_storage {
             return Err(WeirError::InvalidRequest(
                 "savepoints need a directory: the checkpoint storage is in memory, so a savepoint \
                  would be lost with this process; set `CheckpointStorageConfig::directory(dir)`"
                     .into(),
             ));
-        };
-        let Some(attempt) = self.attempt.as_ref().filter(|a| !a.checkpoints_disabled) else {
+        }
+        match requester {
+            Requester::Periodic if !self.phase.may_trigger_periodic() => {
+                return Err(WeirError::InvalidRequest(format!(
+                    "the job is {}; periodic checkpoints have stopped",
+                    self.phase.name()
+                )))
+            }
+            Requester::Final
+                if !matches!(
+                    self.phase,
+                    JobPhase::Finishing {
+                        final_checkpoint: None
+                    }
+                ) =>
+            {
+                return Err(WeirError::InvalidRequest(format!(
+                    "the job is {}, not finishing",
+                    self.phase.name()
+                )))
+            }
+            _ => {}
+        }
+        if self.phase.is_stopping() || self.attempt.as_ref().is_none_or(|a| a.checkpoints_disabled)
+        {
             return Err(WeirError::InvalidRequest(
                 "an operator has finished or the job is stopping; no more checkpoints can be taken"
                     .into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// A checkpoint that could not start: its requester hears why.
+    fn refuse(&mut self, requester: Requester, error: WeirError) {
+        match requester {
+            Requester::Savepoint(reply) | Requester::Stop(_, reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Requester::Final => self.fail_run(WeirError::InvalidRequest(format!(
+                "cannot take the final checkpoint: {error}"
+            ))),
+            Requester::Periodic => {
+                let reason = format!("cannot trigger checkpoint: {error}");
+                tracing::warn!("{reason}");
+                self.check_tolerance(&reason);
+            }
+        }
+    }
+
+    /// The worker created (or failed to create) checkpoint `id`'s location: the barrier
+    /// goes to the sources, if the checkpoint may still be taken.
+    pub(super) fn on_location_ready(&mut self, id: u64, result: Result<String, InitFailure>) {
+        let Some(Preparing { requester, run, .. }) = self.preparing.take().filter(|p| p.id == id)
+        else {
+            return;
         };
-        let participants = attempt.participants();
-        let id = self.coordinator.next_id();
-        // Creating the location is the one storage call on the loop: a directory, or a
-        // marker object.
-        let location = match storage.init_location(id, kind) {
+        let kind = requester.kind();
+        let location = match result {
             Ok(location) => location,
-            Err(e) => {
+            Err(InitFailure { error, fenced }) => {
                 self.coordinator.trigger_failed(kind, self.clock.now());
-                // The id taken by someone else means another process writes here: if it
-                // holds the job now, this one stops.
-                if let Err(fenced) = self.fencing.check() {
-                    return Err(fenced.into());
+                match fenced {
+                    Some(fenced) => {
+                        if let Requester::Savepoint(reply) | Requester::Stop(_, reply) = requester {
+                            let _ = reply.send(Err(WeirError::Fenced(fenced.clone())));
+                        }
+                        self.fail_run(fenced.into());
+                    }
+                    None => self.refuse(requester, error),
                 }
-                return Err(e.into());
+                self.run_queued_commands();
+                return;
             }
         };
+        // The run may have failed or ended, or the phase changed, meanwhile.
+        let same_run = self.attempt.as_ref().is_some_and(|a| a.number == run);
+        let still_possible = if same_run {
+            self.check_checkpoint(&requester)
+        } else {
+            Err(WeirError::InvalidRequest(
+                "the run it was for has ended".into(),
+            ))
+        };
+        if let Err(error) = still_possible {
+            self.coordinator.skip(id);
+            self.discard(&location);
+            match requester {
+                // Overtaken by the job's course (its input ended, it fails): no news.
+                Requester::Periodic => {
+                    tracing::debug!(checkpoint = id, %error, "periodic checkpoint not started")
+                }
+                requester => self.refuse(requester, error),
+            }
+            self.run_queued_commands();
+            return;
+        }
+        let participants = self
+            .attempt
+            .as_ref()
+            .map(|a| a.participants())
+            .unwrap_or_default();
         let now = self.clock.now();
         let mut barrier =
             self.coordinator
                 .start(now, self.clock.unix_millis(), kind, participants, location);
-        match last {
-            Some(Finality::Final) => barrier = self.coordinator.mark_final(id).unwrap_or(barrier),
-            Some(Finality::Stop(mode)) => {
-                barrier = self.coordinator.mark_stop(id, mode).unwrap_or(barrier)
+        match &requester {
+            Requester::Final => barrier = self.coordinator.mark_final(id).unwrap_or(barrier),
+            Requester::Stop(mode, _) => {
+                barrier = self.coordinator.mark_stop(id, *mode).unwrap_or(barrier)
             }
-            None => {}
+            Requester::Periodic | Requester::Savepoint(_) => {}
         }
-        tracing::debug!(checkpoint = id, ?kind, ?last, "triggering");
+        tracing::debug!(checkpoint = id, ?kind, "triggering");
         if let Some(attempt) = &self.attempt {
             for (_, control) in &attempt.coordinator_controls {
                 let _ = control.send(CoordinatorControl::Trigger(barrier));
             }
         }
-        Ok(id)
+        match requester {
+            Requester::Periodic => {}
+            Requester::Final => {
+                tracing::info!(job = %self.job_name(), checkpoint = id, "all input read; taking the final checkpoint");
+                self.phase = JobPhase::Finishing {
+                    final_checkpoint: Some(id),
+                };
+            }
+            Requester::Savepoint(reply) => {
+                self.savepoint_waiters.insert(id, reply);
+            }
+            Requester::Stop(mode, reply) => {
+                tracing::info!(job = %self.job_name(), savepoint = id, ?mode, "stopping with a savepoint");
+                self.phase = JobPhase::StoppingWithSavepoint {
+                    savepoint: id,
+                    mode,
+                };
+                self.savepoint_waiters.insert(id, reply);
+            }
+        }
+        self.run_queued_commands();
     }
 
     pub(super) fn on_ack(&mut self, id: u64, who: Participant, ack: Acknowledgement) {
@@ -188,27 +332,18 @@ impl JobMaster {
     }
 
     fn trigger_final_when_idle(&mut self) {
-        if !matches!(
+        let idle = self.coordinator.pending_ids().is_empty()
+            && self.finalizing.is_empty()
+            && self.preparing.is_none();
+        if matches!(
             self.phase,
             JobPhase::Finishing {
                 final_checkpoint: None
             }
-        ) || !self.takes_final_checkpoint()
-            || !self.coordinator.pending_ids().is_empty()
-            || !self.finalizing.is_empty()
+        ) && self.takes_final_checkpoint()
+            && idle
         {
-            return;
-        }
-        match self.start_checkpoint(SnapshotType::Checkpoint, Some(Finality::Final)) {
-            Ok(id) => {
-                tracing::info!(job = %self.job_name(), checkpoint = id, "all input read; taking the final checkpoint");
-                self.phase = JobPhase::Finishing {
-                    final_checkpoint: Some(id),
-                };
-            }
-            Err(e) => self.fail_run(WeirError::InvalidRequest(format!(
-                "cannot take the final checkpoint: {e}"
-            ))),
+            self.request_checkpoint(Requester::Final);
         }
     }
 
@@ -441,16 +576,7 @@ impl JobMaster {
             self.abort_checkpoint(id, &format!("expired after {timeout:?}"), true);
         }
         if self.may_trigger_periodic() && self.coordinator.should_trigger(now) {
-            match self.trigger(SnapshotType::Checkpoint, None) {
-                Ok(_) => {}
-                // Another process holds the job now: this one stops.
-                Err(WeirError::Fenced(fenced)) => self.fail_run(WeirError::Fenced(fenced)),
-                Err(e) => {
-                    let reason = format!("cannot trigger checkpoint: {e}");
-                    tracing::warn!("{reason}");
-                    self.check_tolerance(&reason);
-                }
-            }
+            self.request_checkpoint(Requester::Periodic);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the storage worker resolves), the client's commands, and recording how the job ended.
 
 use super::attempt::AttemptEnd;
-use super::checkpointing::Finality;
+use super::checkpointing::Requester;
 use super::restore_points;
 use super::store_io::StoreReply;
 use super::{JobCommand, JobMaster, JobPhase};
@@ -13,7 +13,6 @@ use crate::checkpoint::savepoint::Savepoint;
 use crate::error::WeirError;
 use crate::runtime::deployment::DeployError;
 use crate::runtime::job_result::JobStatus;
-use crate::runtime::stream_element::SnapshotType;
 
 impl JobMaster {
     /// Slots the job needs: with slot sharing, its largest parallelism.
@@ -163,8 +162,19 @@ impl JobMaster {
         });
     }
 
+    /// Runs the commands that waited for a checkpoint to start, until one starts another.
+    pub(super) fn run_queued_commands(&mut self) {
+        while self.preparing.is_none() {
+            let Some(command) = self.queued.pop_front() else {
+                return;
+            };
+            self.on_command(command);
+        }
+    }
+
     pub(super) fn on_store_reply(&mut self, reply: StoreReply) {
         match reply {
+            StoreReply::LocationReady { id, result } => self.on_location_ready(id, result),
             StoreReply::Finalized { id, outcome } => self.on_finalized(id, outcome),
             StoreReply::Resolved { result, bad } => {
                 self.resolving = false;
@@ -247,30 +257,19 @@ impl JobMaster {
 
     pub(super) fn on_command(&mut self, command: JobCommand) {
         match command {
+            // One checkpoint starts at a time: a request while one is being started waits
+            // for it (the loop runs it once its location is ready).
+            JobCommand::TriggerSavepoint(reply) if self.preparing.is_some() => {
+                self.queued.push_back(JobCommand::TriggerSavepoint(reply))
+            }
+            JobCommand::StopWithSavepoint(mode, reply) if self.preparing.is_some() => self
+                .queued
+                .push_back(JobCommand::StopWithSavepoint(mode, reply)),
             JobCommand::TriggerSavepoint(reply) => {
-                match self.trigger(SnapshotType::Savepoint, None) {
-                    Ok(id) => {
-                        self.savepoint_waiters.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                self.request_checkpoint(Requester::Savepoint(reply))
             }
             JobCommand::StopWithSavepoint(mode, reply) => {
-                match self.trigger(SnapshotType::Savepoint, Some(Finality::Stop(mode))) {
-                    Ok(id) => {
-                        tracing::info!(job = %self.job_name(), savepoint = id, ?mode, "stopping with a savepoint");
-                        self.phase = JobPhase::StoppingWithSavepoint {
-                            savepoint: id,
-                            mode,
-                        };
-                        self.savepoint_waiters.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                self.request_checkpoint(Requester::Stop(mode, reply))
             }
             JobCommand::Cancel => {
                 if matches!(self.phase, JobPhase::Ended | JobPhase::Cancelling) {

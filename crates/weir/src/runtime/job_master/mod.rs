@@ -5,10 +5,9 @@
 //!
 //! Its loop is an explicit state machine ([`JobPhase`]) driven by events — task reports,
 //! client commands, the storage worker's replies, and time from an injectable [`Clock`].
-//! Nothing on the loop sleeps or touches storage beyond creating a checkpoint's location:
-//! completing checkpoints, deleting files, resolving restore points and recording the job's
-//! end run on the storage worker and come back as events; the restart back-off is a
-//! deadline.
+//! Nothing on the loop sleeps or touches storage: creating checkpoint locations, completing
+//! checkpoints, deleting files, resolving restore points and recording the job's end run on
+//! the storage worker and come back as events; the restart back-off is a deadline.
 //!
 //! - `mod.rs` (here): construction (where the job starts) and the loop;
 //! - `phase.rs`: the phases and the decisions that depend on them;
@@ -29,7 +28,7 @@ mod store_io;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -120,6 +119,10 @@ pub struct JobMaster {
     resolving: bool,
     /// Checkpoints the worker is completing, by id.
     finalizing: BTreeMap<u64, Finalizing>,
+    /// The checkpoint whose location the worker is creating.
+    preparing: Option<checkpointing::Preparing>,
+    /// Client commands waiting for that checkpoint to start.
+    queued: VecDeque<JobCommand>,
     /// The last run's task metrics.
     metrics: Vec<OperatorMetrics>,
     /// How the job ends, once decided: status and savepoint, waiting for the record.
@@ -351,6 +354,8 @@ impl JobMaster {
             next_restore: Some(start.initial),
             resolving: false,
             finalizing: BTreeMap::new(),
+            preparing: None,
+            queued: VecDeque::new(),
             metrics: Vec::new(),
             ending: None,
             failed: None,

@@ -39,9 +39,25 @@ pub enum FinalizeOutcome {
     Fenced(FencedError),
 }
 
+/// Why a checkpoint's location could not be created.
+#[derive(Debug)]
+pub struct InitFailure {
+    /// The storage's error.
+    pub error: WeirError,
+    /// Set when the reason is that this process lost the job.
+    pub fenced: Option<FencedError>,
+}
+
 /// A worker's report to the loop.
 #[derive(Debug)]
 pub enum StoreReply {
+    /// Checkpoint `id`'s location, created (or not).
+    LocationReady {
+        /// The checkpoint.
+        id: u64,
+        /// Its location.
+        result: Result<String, InitFailure>,
+    },
     /// Checkpoint `id`'s metadata and record.
     Finalized {
         /// The checkpoint.

@@ -317,3 +317,32 @@ fn periodic_checkpoints_start_and_expire_on_the_clock() {
         )));
     assert!(matches!(h.master.phase(), JobPhase::Running));
 }
+
+#[test]
+fn a_savepoint_asked_while_a_checkpoint_starts_follows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().to_path_buf();
+    let mut h = harness_with(None, move |c| {
+        c.with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_secs(1))
+                .with_storage(CheckpointStorageConfig::directory(&storage)),
+        )
+    });
+    h.master.try_deploy();
+    h.settle();
+    h.clock.advance(Duration::from_millis(1100));
+    // One step: the periodic checkpoint's location is being created (its reply waits).
+    h.master.step(None);
+    assert!(h.master.preparing.is_some());
+    let (reply, _answer) = crossbeam_channel::bounded(1);
+    h.commands
+        .send(JobCommand::TriggerSavepoint(reply))
+        .unwrap();
+    h.settle();
+    // Both started, in order: the checkpoint, then the savepoint.
+    let pending = h.master.coordinator.pending_ids();
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    assert!(h.master.savepoint_waiters.contains_key(&pending[1]));
+    assert!(h.master.preparing.is_none() && h.master.queued.is_empty());
+}
