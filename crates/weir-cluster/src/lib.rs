@@ -1,43 +1,5 @@
-//! Cluster mode: one job across processes and machines — a JobManager and TaskManagers —
-//! exactly once when any of them dies.
-//!
-//! A Rust job is compiled code, so, as in Flink's application mode, the job's own binary is
-//! started on every node. Each process builds the same job graph from the same code; a role
-//! flag decides what it does with it:
-//!
-//! - `--role jobmanager`: runs the job's loop — scheduling, the checkpoint coordinator, the
-//!   sources' split enumerators, failover — and serves the TaskManagers over gRPC;
-//! - `--role taskmanager`: registers with the JobManager (`--jobmanager-address`), offers
-//!   `--slots` slots and runs the subtasks deployed to it, exchanging records with its peers
-//!   over TCP with credit-based flow control;
-//! - no role: the whole job runs in this process, as before.
-//!
-//! A job binary opts in with one line:
-//!
-//! ```no_run
-//! use clap::Parser;
-//! use weir::prelude::*;
-//!
-//! #[derive(Parser)]
-//! struct Args {
-//!     #[command(flatten)]
-//!     cluster: weir_cluster::ClusterArgs,
-//! }
-//!
-//! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let args = Args::parse();
-//!     let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(3))?;
-//!     weir_cluster::apply(&args.cluster, &env)?; // no-op without --role
-//!     env.from_collection(vec![1u64, 2, 3]).sink_to(DiscardingSink, "discard");
-//!     println!("{}", env.execute("job")?);
-//!     Ok(())
-//! }
-//! ```
-//!
-//! - `config.rs`: the role flags;
-//! - `proto`: the control plane's messages (`proto/weir_cluster.proto`);
-//! - `jobmanager/`, `taskmanager/`: the two processes;
-//! - `convert.rs`: engine types ↔ control messages.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod convert;
@@ -53,6 +15,11 @@ pub mod proto {
 }
 
 pub use config::{ClusterArgs, ClusterConfig, Role};
+
+pub mod prelude {
+    //! What a job binary needs for cluster mode, beside `weir::prelude::*`.
+    pub use crate::{apply, ClusterArgs, ClusterError, ClusterExecutor, Role};
+}
 pub use error::ClusterError;
 
 use weir::runtime::job_definition::JobDefinition;

@@ -61,7 +61,7 @@ impl NetworkEnvironment {
         config: NetworkConfig,
     ) -> Result<Self, NetworkError> {
         let listener = TcpListener::bind(bind).map_err(|source| NetworkError::Io {
-            what: format!("listening for data connections on {bind} (taskmanager.data-port)"),
+            what: format!("listening for data connections on {bind} (taskmanager.data.port)"),
             cause: source,
         })?;
         let address = listener.local_addr().map_err(|source| NetworkError::Io {

@@ -283,7 +283,7 @@ fn a_port_in_use_names_the_setting() {
         .err()
         .expect("the port is taken");
     assert!(
-        error.to_string().contains("taskmanager.data-port"),
+        error.to_string().contains("taskmanager.data.port"),
         "{error}"
     );
 }
