@@ -137,7 +137,9 @@ pub fn task_event_to_proto(
         TaskEvent::EndOfInput { task } => (*task, Kind::EndOfInput(proto::EndOfInput {})),
         TaskEvent::CoordinatorFailed { .. }
         | TaskEvent::CoordinatorAcknowledge { .. }
-        | TaskEvent::Lost { .. } => return Ok(None),
+        | TaskEvent::Lost { .. }
+        | TaskEvent::Deployed
+        | TaskEvent::DeployFailed { .. } => return Ok(None),
     };
     Ok(Some(proto::TaskEvent {
         run: Some(run.into()),

@@ -13,14 +13,11 @@ use weir::runtime::task::TaskControl;
 use weir::runtime::task_executors::{DeployedRun, RunRequest, TaskExecutors};
 
 use super::registry::{place, slots_needed};
-use super::state::{DeployOutcome, RunState, Shared};
+use super::state::{RunState, Shared};
 use crate::convert::encode;
 use crate::error::ClusterError;
 use crate::proto;
 use crate::proto::job_manager_message::Body;
-
-/// How long TaskManagers may take to deploy a run beyond opening its data connections.
-const DEPLOY_MARGIN: Duration = Duration::from_secs(30);
 
 fn cluster_error(e: ClusterError) -> DeployError {
     DeployError::Other(WeirError::from(e))
@@ -132,7 +129,7 @@ impl TaskExecutors for ClusterTaskExecutors {
             run: request.run,
             placement: placement.clone(),
             hosts: hosts.clone(),
-            deployed: HashMap::new(),
+            deployed: BTreeSet::new(),
             events: request.events,
             reader_events,
             lost: BTreeSet::new(),
@@ -150,6 +147,8 @@ impl TaskExecutors for ClusterTaskExecutors {
             restore,
             holder: request.fencing.holder().to_string(),
         };
+        // The TaskManagers deploy in the background (a restore may read much state); each
+        // reports, and the service tells the job loop once all have (or one failed).
         for host in &hosts {
             if !state.send_to(host, Body::Deploy(deploy.clone())) {
                 let failure = format!("TaskManager `{host}` went away before its deployment");
@@ -159,66 +158,8 @@ impl TaskExecutors for ClusterTaskExecutors {
                 return Err(DeployError::Unavailable(WeirError::InvalidRequest(failure)));
             }
         }
-        // Every host reports how its deployment went (or is lost).
-        let deadline = Instant::now()
-            + DEPLOY_MARGIN
-            + weir::runtime::network::environment::NetworkConfig::default().connect_timeout;
-        loop {
-            let run = state.run.as_ref().ok_or_else(|| {
-                DeployError::Other(WeirError::Internal(
-                    "the run vanished while deploying".into(),
-                ))
-            })?;
-            if let Some(DeployOutcome::Failed {
-                reason,
-                corrupt,
-                fatal,
-            }) = run
-                .deployed
-                .values()
-                .find(|o| matches!(o, DeployOutcome::Failed { .. }))
-                .cloned()
-            {
-                state.run = None;
-                drop(state);
-                cancel_everywhere(&self.shared, request.run, &hosts);
-                return Err(if corrupt {
-                    DeployError::CorruptState(reason)
-                } else if fatal {
-                    DeployError::Other(WeirError::InvalidRequest(format!(
-                        "deployment failed: {reason}"
-                    )))
-                } else {
-                    DeployError::Unavailable(WeirError::InvalidRequest(format!(
-                        "deployment failed: {reason}"
-                    )))
-                });
-            }
-            if hosts.iter().all(|h| run.deployed.contains_key(h)) {
-                break;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let missing: Vec<&String> = hosts
-                    .iter()
-                    .filter(|h| !run.deployed.contains_key(*h))
-                    .collect();
-                let failure =
-                    format!("TaskManagers {missing:?} did not report their deployment in time");
-                state.run = None;
-                drop(state);
-                cancel_everywhere(&self.shared, request.run, &hosts);
-                return Err(DeployError::Unavailable(WeirError::InvalidRequest(failure)));
-            }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, left.min(Duration::from_millis(500)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
         drop(state);
-        tracing::info!(run = %request.run, taskmanagers = ?hosts, "run deployed");
+        tracing::info!(run = %request.run, taskmanagers = ?hosts, "run deploying");
         for (node, task, messages) in reader_lines {
             let shared = self.shared.clone();
             let host = placement.get(&task).cloned().unwrap_or_default();
@@ -285,6 +226,10 @@ pub struct ClusterRun {
 }
 
 impl DeployedRun for ClusterRun {
+    fn is_deployed(&self) -> bool {
+        false
+    }
+
     fn broadcast(&self, control: TaskControl) {
         let Ok(bytes) = encode("task control", &control) else {
             return;

@@ -11,10 +11,11 @@ use tonic::{Request, Response, Status, Streaming};
 use weir::connectors::source::ReaderEvent;
 use weir::graph::ids::NodeId;
 use weir::runtime::stream_element::StopMode;
+use weir::runtime::task::{DeployFailureKind, TaskEvent};
 use weir::{JobClient, WeirError};
 
 use super::registry::{SessionId, TaskManagerInfo};
-use super::state::{DeployOutcome, Shared};
+use super::state::Shared;
 use crate::convert::{decode, run_of, task_event_from_proto};
 use crate::proto;
 use crate::proto::job_manager_message::Body as Out;
@@ -261,19 +262,33 @@ fn on_message(
                 return true;
             };
             match state.current_run(run, id) {
+                Some(current) if deployed.error.is_empty() => {
+                    current.deployed.insert(id.to_string());
+                    if current.hosts.iter().all(|h| current.deployed.contains(h)) {
+                        tracing::info!(%run, "run deployed");
+                        let _ = current.events.send(TaskEvent::Deployed);
+                    }
+                }
                 Some(current) => {
-                    let outcome = if deployed.error.is_empty() {
-                        DeployOutcome::Deployed
+                    let kind = if deployed.corrupt_state {
+                        DeployFailureKind::CorruptState
+                    } else if deployed.fatal {
+                        DeployFailureKind::Fatal
                     } else {
-                        DeployOutcome::Failed {
-                            reason: format!("TaskManager `{id}`: {}", deployed.error),
-                            corrupt: deployed.corrupt_state,
-                            fatal: deployed.fatal,
-                        }
+                        DeployFailureKind::Retriable
                     };
-                    current.deployed.insert(id.to_string(), outcome);
-                    drop(state);
-                    shared.changed.notify_all();
+                    let tasks = current
+                        .placement
+                        .iter()
+                        .filter(|(_, tm)| tm.as_str() == id)
+                        .map(|(task, _)| *task)
+                        .collect();
+                    let _ = current.events.send(TaskEvent::DeployFailed {
+                        tasks,
+                        taskmanager: id.to_string(),
+                        reason: deployed.error,
+                        kind,
+                    });
                 }
                 None => state.stale_messages += 1,
             }

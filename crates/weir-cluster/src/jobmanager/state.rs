@@ -24,23 +24,6 @@ use crate::proto::job_manager_message::Body;
 /// The line to one TaskManager's session stream.
 pub type Outbound = mpsc::UnboundedSender<Result<proto::JobManagerMessage, Status>>;
 
-/// How a TaskManager's deployment of a run went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeployOutcome {
-    /// Its tasks run.
-    Deployed,
-    /// It failed; `corrupt` when a state file of the restore point is damaged, `fatal` when
-    /// the job cannot run at all.
-    Failed {
-        /// What went wrong, naming the TaskManager.
-        reason: String,
-        /// Whether a state file is damaged.
-        corrupt: bool,
-        /// Whether restarting cannot help.
-        fatal: bool,
-    },
-}
-
 /// The run in progress.
 pub struct RunState {
     /// Which run.
@@ -49,8 +32,8 @@ pub struct RunState {
     pub placement: Placement,
     /// The TaskManagers with subtasks of the run.
     pub hosts: BTreeSet<String>,
-    /// Each host's deployment outcome, once reported.
-    pub deployed: HashMap<String, DeployOutcome>,
+    /// The hosts that reported their tasks deployed.
+    pub deployed: BTreeSet<String>,
     /// The job loop's event line.
     pub events: Sender<TaskEvent>,
     /// Each source coordinator's inbox of reader requests.
@@ -172,13 +155,6 @@ impl JobManagerState {
             taskmanager: id.to_string(),
             reason: reason.to_string(),
         });
-        run.deployed
-            .entry(id.to_string())
-            .or_insert(DeployOutcome::Failed {
-                reason: format!("TaskManager `{id}` was lost: {reason}"),
-                corrupt: false,
-                fatal: false,
-            });
     }
 
     /// The current run, if `run` is it and TaskManager `from` is one of its live hosts.

@@ -190,6 +190,33 @@ pub enum TaskEvent {
         /// How it was lost.
         reason: String,
     },
+    /// Every task of the run is deployed (executors that deploy asynchronously, as on
+    /// TaskManagers, say so; until then no checkpoint is triggered).
+    Deployed,
+    /// A TaskManager could not deploy its tasks of the run: they never run.
+    DeployFailed {
+        /// Its tasks.
+        tasks: Vec<SubtaskRef>,
+        /// The TaskManager.
+        taskmanager: String,
+        /// What went wrong.
+        reason: String,
+        /// Whether a restart may help.
+        kind: DeployFailureKind,
+    },
+}
+
+/// What a failed deployment means for the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum DeployFailureKind {
+    /// Something that may work next time (a connection, a TaskManager): a failure for the
+    /// restart strategy.
+    Retriable,
+    /// A state file of the restore point is damaged: the recovery rules decide whether an
+    /// older restore point may be used.
+    CorruptState,
+    /// The job cannot run (an operator cannot be created): restarting will not help.
+    Fatal,
 }
 
 /// Runs `body` to its end and reports the outcome; a panic escaping the body (a bug outside

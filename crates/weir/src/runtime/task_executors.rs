@@ -77,6 +77,11 @@ pub trait DeployedRun: Send {
     fn cancel(&mut self);
     /// Waits until every task of the run has ended (they have reported, or are cancelled).
     fn join(self: Box<Self>);
+    /// Whether every task is deployed already (otherwise a `TaskEvent::Deployed` or
+    /// `DeployFailed` follows).
+    fn is_deployed(&self) -> bool {
+        true
+    }
 }
 
 /// Tasks on threads of this process: the TaskManager of the local mini-cluster.

@@ -17,7 +17,7 @@ use crate::runtime::network::frame::RunId;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::CheckpointNotification;
 use crate::runtime::source_task::CoordinatorControl;
-use crate::runtime::task::{TaskControl, TaskEvent};
+use crate::runtime::task::{DeployFailureKind, TaskControl, TaskEvent};
 use crate::runtime::task_executors::{DeployedRun, ReaderEndpoints, RunRequest};
 
 /// How one run of the job's tasks ended.
@@ -28,6 +28,17 @@ pub(super) enum AttemptEnd {
     Stopped(u64, String),
     Cancelled,
     Failed(WeirError),
+    /// A TaskManager found a state file of the restore point damaged.
+    CorruptState {
+        /// The restore point.
+        id: u64,
+        /// Its location.
+        location: String,
+        /// What is damaged.
+        problem: String,
+    },
+    /// The job cannot run (a TaskManager could not create an operator).
+    Fatal(WeirError),
 }
 
 /// The running tasks of one run and what the job manager tracks about them.
@@ -53,6 +64,10 @@ pub(super) struct Attempt {
     /// Source subtasks, and those that have read all their input.
     pub(super) source_tasks: BTreeSet<SubtaskRef>,
     pub(super) sources_at_end: BTreeSet<SubtaskRef>,
+    /// The restore point the run started from: id and location.
+    pub(super) restored_from: Option<(u64, String)>,
+    /// The first failed deployment of the run: what and of what kind.
+    pub(super) deploy_failure: Option<(String, DeployFailureKind)>,
 }
 
 impl Attempt {
@@ -136,6 +151,8 @@ impl JobMaster {
             threads: Vec::new(),
             source_tasks: BTreeSet::new(),
             sources_at_end: BTreeSet::new(),
+            restored_from: restore.map(|r| (r.checkpoint_id, r.location.clone())),
+            deploy_failure: None,
         };
         let mut readers = ReaderEndpoints::new();
         let mut runners = Vec::new();
@@ -210,6 +227,22 @@ impl JobMaster {
         // A cancellation wins over the failures it causes or meets.
         if matches!(phase, JobPhase::Cancelling) {
             return AttemptEnd::Cancelled;
+        }
+        match (attempt.deploy_failure.take(), attempt.restored_from.take()) {
+            (Some((problem, DeployFailureKind::CorruptState)), Some((id, location))) => {
+                return AttemptEnd::CorruptState {
+                    id,
+                    location,
+                    problem,
+                }
+            }
+            (Some((reason, DeployFailureKind::Fatal)), _) => {
+                return AttemptEnd::Fatal(WeirError::InvalidRequest(format!(
+                    "job `{}` cannot be deployed: {reason}",
+                    self.job_name()
+                )))
+            }
+            _ => {}
         }
         if let JobPhase::Failing { error: Some(error) } = phase {
             return AttemptEnd::Failed(error);
@@ -336,6 +369,37 @@ impl JobMaster {
                     &format!("declined by {name}: {reason}"),
                     !subsumed,
                 );
+            }
+            TaskEvent::Deployed => {
+                if matches!(self.phase, JobPhase::Deploying) {
+                    self.run_deployed();
+                }
+            }
+            TaskEvent::DeployFailed {
+                tasks,
+                taskmanager,
+                reason,
+                kind,
+            } => {
+                tracing::warn!(%taskmanager, %reason, ?kind, "deployment failed");
+                if attempt.deploy_failure.is_none() {
+                    attempt.deploy_failure = Some((reason.clone(), kind));
+                }
+                for task in tasks {
+                    let Some(attempt) = self.attempt.as_mut() else {
+                        return;
+                    };
+                    if attempt.running.remove(&task) {
+                        let name = attempt.names.get(&task).cloned().unwrap_or_default();
+                        let error = TaskError::Remote {
+                            message: format!(
+                                "TaskManager `{taskmanager}` could not deploy it: {reason}"
+                            ),
+                            secondary: false,
+                        };
+                        self.record_failure(name, task, error);
+                    }
+                }
             }
             TaskEvent::EndOfInput { task } => {
                 attempt.sources_at_end.insert(task);

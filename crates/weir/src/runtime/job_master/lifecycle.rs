@@ -55,46 +55,54 @@ impl JobMaster {
                 }
                 tracing::info!(job = %self.job_name(), tasks = attempt.running.len(),
                     restored_from = restore.as_ref().map(|r| r.checkpoint_id), "job running");
+                let deployed = attempt.run.as_ref().is_none_or(|r| r.is_deployed());
                 self.attempt = Some(attempt);
-                self.phase = JobPhase::Running;
-                self.coordinator.reset_timer(self.clock.now());
+                if deployed {
+                    self.run_deployed();
+                } else {
+                    self.phase = JobPhase::Deploying;
+                }
             }
-            Err(DeployError::CorruptState(problem)) => {
-                let Some(point) = restore else {
-                    self.finish_failed(WeirError::Internal(format!(
-                        "corrupt state without a restore point: {problem}"
-                    )));
-                    return;
-                };
-                // The same rules as for unreadable metadata decide whether an older restore
-                // point may be used; the worker reads them.
-                let context = self.resolve.clone();
-                let mut bad = self.bad.clone();
-                self.resolving = true;
-                self.phase = JobPhase::Restarting {
-                    due: self.clock.now(),
-                    restore_ready: false,
-                };
-                self.io.submit(move |store_context| {
-                    let result = match &store_context.store {
-                        Some(store) => restore_points::fall_back(
-                            store,
-                            &context,
-                            point.checkpoint_id,
-                            &point.location,
-                            &problem,
-                            &mut bad,
-                        ),
-                        None => Ok(None),
-                    };
-                    Some(StoreReply::Resolved { result, bad })
-                });
-            }
+            Err(DeployError::CorruptState(problem)) => match restore {
+                Some(point) => self.fall_back_from(point.checkpoint_id, point.location, problem),
+                None => self.finish_failed(WeirError::Internal(format!(
+                    "corrupt state without a restore point: {problem}"
+                ))),
+            },
             // The executors could not take the run (a TaskManager went away while it was
             // deployed): a failure like any other, for the restart strategy.
             Err(DeployError::Unavailable(error)) => self.after_attempt(AttemptEnd::Failed(error)),
             Err(DeployError::Other(error)) => self.finish_failed(error),
         }
+    }
+
+    /// Every task of the run is deployed: checkpoints may start.
+    pub(super) fn run_deployed(&mut self) {
+        self.phase = JobPhase::Running;
+        self.coordinator.reset_timer(self.clock.now());
+    }
+
+    /// Deploying from restore point `id` at `location` found a damaged state file
+    /// (`problem`): the same rules as for unreadable metadata decide whether an older
+    /// restore point may be used; the worker reads them, and the next run starts from it
+    /// without a back-off.
+    pub(super) fn fall_back_from(&mut self, id: u64, location: String, problem: String) {
+        let context = self.resolve.clone();
+        let mut bad = self.bad.clone();
+        self.resolving = true;
+        self.phase = JobPhase::Restarting {
+            due: self.clock.now(),
+            restore_ready: false,
+        };
+        self.io.submit(move |store_context| {
+            let result = match &store_context.store {
+                Some(store) => {
+                    restore_points::fall_back(store, &context, id, &location, &problem, &mut bad)
+                }
+                None => Ok(None),
+            };
+            Some(StoreReply::Resolved { result, bad })
+        });
     }
 
     /// A run ended (or could not start): the job ends, or restarts after the back-off.
@@ -114,6 +122,15 @@ impl JobMaster {
                 Some(Savepoint::new(id, location)),
             ),
             AttemptEnd::Cancelled => self.record_cancelled(),
+            AttemptEnd::CorruptState {
+                id,
+                location,
+                problem,
+            } => {
+                self.fail_pending("a state file is damaged");
+                self.fall_back_from(id, location, problem);
+            }
+            AttemptEnd::Fatal(error) => self.finish_failed(error),
             AttemptEnd::Failed(error) => {
                 self.fail_pending("job failed");
                 if let WeirError::Fenced(fenced) = &error {

@@ -2,7 +2,7 @@
 //! on the phase is a pure function of it, tested without running anything.
 //!
 //! ```text
-//!  WaitingForResources ──> Running ──> Finishing ─────────────> (finished)
+//!  WaitingForResources ──> Deploying ──> Running ──> Finishing ────> (finished)
 //!        ^                  │  │ ^─── StoppingWithSavepoint ──> Stopping ──> (stopped)
 //!        │                  │  └────> Cancelling ─────────────> (cancelled)
 //!        └── Restarting <── Failing ──────────────────────────> (failed)
@@ -26,6 +26,9 @@ pub enum JobPhase {
         /// When the wait began.
         since: Instant,
     },
+    /// The run's tasks are being deployed on the executors; no checkpoint is taken until
+    /// they all are.
+    Deploying,
     /// Tasks run; periodic checkpoints are taken.
     Running,
     /// Every source has read all its input: the final checkpoint is in flight (`Some`), or
@@ -113,6 +116,9 @@ impl JobPhase {
             JobPhase::WaitingForResources { .. } | JobPhase::Restarting { .. } => Some(
                 "the job is restarting (no tasks run); try again once it runs".into(),
             ),
+            JobPhase::Deploying => Some(
+                "the job's tasks are being deployed; try again once it runs".into(),
+            ),
             JobPhase::Ended => Some("the job has ended".into()),
             JobPhase::Stopping { .. } | JobPhase::Cancelling | JobPhase::Failing { .. } => Some(
                 "an operator has finished or the job is stopping; no more checkpoints can be taken"
@@ -125,6 +131,7 @@ impl JobPhase {
     pub fn name(&self) -> &'static str {
         match self {
             JobPhase::WaitingForResources { .. } => "waiting for resources",
+            JobPhase::Deploying => "deploying",
             JobPhase::Running => "running",
             JobPhase::Finishing { .. } => "finishing",
             JobPhase::StoppingWithSavepoint { .. } => "stopping with a savepoint",
@@ -165,6 +172,7 @@ mod tests {
                 restore_ready: false,
             },
             JobPhase::Ended,
+            JobPhase::Deploying,
         ];
         for phase in &phases {
             let running = matches!(phase, JobPhase::Running);
@@ -185,6 +193,7 @@ mod tests {
         assert!(phases[4].is_stopping() && phases[5].is_stopping() && phases[6].is_stopping());
         assert!(!phases[1].is_stopping() && !phases[3].is_stopping());
         assert!(!phases[0].has_tasks() && !phases[7].has_tasks() && phases[6].has_tasks());
+        assert!(phases[9].has_tasks() && !phases[9].is_stopping());
         let refusal = phases[3].refuses_savepoint(true).unwrap();
         assert!(
             refusal.contains("already stopping with savepoint 4"),

@@ -26,6 +26,8 @@ struct Recorded {
     cancels: u32,
     /// Slots offered (`None`: unlimited).
     slots: Option<u32>,
+    /// Runs deploy in the background (a `Deployed` event follows), as on TaskManagers.
+    deploys_later: bool,
 }
 
 #[derive(Clone, Default)]
@@ -40,7 +42,8 @@ impl FakeExecutors {
 impl TaskExecutors for FakeExecutors {
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
         self.recorded().runs.push(request.events);
-        Ok(Box::new(FakeRun(self.0.clone())))
+        let deployed = !self.recorded().deploys_later;
+        Ok(Box::new(FakeRun(self.0.clone(), deployed)))
     }
 
     fn offered_slots(&self) -> Option<u32> {
@@ -52,7 +55,7 @@ impl TaskExecutors for FakeExecutors {
     }
 }
 
-struct FakeRun(Arc<Mutex<Recorded>>);
+struct FakeRun(Arc<Mutex<Recorded>>, bool);
 
 impl DeployedRun for FakeRun {
     fn broadcast(&self, control: TaskControl) {
@@ -62,6 +65,9 @@ impl DeployedRun for FakeRun {
         self.0.lock().unwrap().cancels += 1;
     }
     fn join(self: Box<Self>) {}
+    fn is_deployed(&self) -> bool {
+        self.1
+    }
 }
 
 struct Harness {
@@ -345,4 +351,62 @@ fn a_savepoint_asked_while_a_checkpoint_starts_follows_it() {
     assert_eq!(pending.len(), 2, "{pending:?}");
     assert!(h.master.savepoint_waiters.contains_key(&pending[1]));
     assert!(h.master.preparing.is_none() && h.master.queued.is_empty());
+}
+
+#[test]
+fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_restarts() {
+    let mut h = harness_with(None, |c| {
+        c.with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
+    });
+    h.executors.recorded().deploys_later = true;
+    h.master.try_deploy();
+    h.settle();
+    assert!(matches!(h.master.phase(), JobPhase::Deploying));
+    h.clock.advance(Duration::from_secs(5));
+    h.settle();
+    assert!(
+        h.master.coordinator.pending_ids().is_empty(),
+        "a checkpoint before deployment"
+    );
+    h.executors.recorded().runs[0]
+        .send(TaskEvent::Deployed)
+        .unwrap();
+    h.settle();
+    assert!(matches!(h.master.phase(), JobPhase::Running));
+    h.clock.advance(Duration::from_millis(1100));
+    h.settle();
+    assert_eq!(h.master.coordinator.pending_ids().len(), 1);
+    // The next run: one TaskManager cannot deploy its half.
+    let tasks = h.tasks.clone();
+    fail_all(&h, "boom");
+    h.settle();
+    h.clock.advance(Duration::from_secs(11));
+    h.settle();
+    assert_eq!(h.runs(), 2);
+    assert!(matches!(h.master.phase(), JobPhase::Deploying));
+    h.executors.recorded().runs[1]
+        .send(TaskEvent::DeployFailed {
+            tasks: tasks[..2].to_vec(),
+            taskmanager: "tm-2".into(),
+            reason: "cannot connect to tm-1".into(),
+            kind: crate::runtime::task::DeployFailureKind::Retriable,
+        })
+        .unwrap();
+    h.settle();
+    assert!(
+        matches!(h.master.phase(), JobPhase::Failing { .. }),
+        "{}",
+        h.master.phase().name()
+    );
+    // The other half is cancelled; the run ends and a restart follows.
+    let run = h.executors.recorded().runs[1].clone();
+    for task in &tasks[2..] {
+        run.send(cancelled(*task)).unwrap();
+    }
+    h.settle();
+    assert!(
+        matches!(h.master.phase(), JobPhase::Restarting { .. }),
+        "{}",
+        h.master.phase().name()
+    );
 }
