@@ -235,8 +235,8 @@ fn a_data_connection_cut_mid_stream_recovers_exactly_once() {
 }
 
 /// Checkpoints on the S3-compatible server (`scripts/s3-server.sh`): the TaskManagers write
-/// their state there directly, the JobManager the metadata; a TaskManager is SIGKILLed and
-/// the job restores from S3, exactly once.
+/// their state there directly, the JobManager the metadata; a TaskManager and then the
+/// JobManager are SIGKILLed, and the job restores from S3 each time, exactly once.
 #[test]
 fn census_with_checkpoints_on_s3_survives_a_taskmanager_kill() {
     let bucket = std::env::var("WEIR_S3_URL").unwrap_or_else(|_| {
@@ -278,13 +278,24 @@ fn census_with_checkpoints_on_s3_survives_a_taskmanager_kill() {
     }
     cluster.kill_taskmanager("tm-2");
     cluster.start_taskmanager("tm-4", 1);
+    // Then the JobManager: started again, it resumes from its newest checkpoint on S3.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster.log("jobmanager-1.err").matches("Completed").count() < 3
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill_jobmanager();
+    cluster.start_jobmanager();
     let verification = finish_and_verify(&mut cluster, work.path(), "checkpoints on S3");
     assert_eq!(verification.committed_lines, verification.input_rows);
-    let jm = cluster.log("jobmanager-1.err");
-    assert!(
-        jm.contains(&format!("location={url}/census/chk-")),
-        "not restored from S3:\n{jm}"
-    );
+    for log in ["jobmanager-1.err", "jobmanager-2.err"] {
+        let jm = cluster.log(log);
+        assert!(
+            jm.contains(&format!("location={url}/census/chk-")),
+            "{log}: not restored from S3:\n{jm}"
+        );
+    }
 }
 
 /// Runs the census binary with `args` to its end (at most 60 s); its status and stderr.

@@ -79,6 +79,14 @@ pub struct ClusterArgs {
         default_value_t = 300_000
     )]
     pub slot_timeout_ms: u64,
+    /// How long a run's deployment may take (a restore reads state) before it is failed and
+    /// restarted, in milliseconds.
+    #[arg(
+        long = "deploy-timeout-ms",
+        env = "WEIR_DEPLOY_TIMEOUT_MS",
+        default_value_t = 600_000
+    )]
+    pub deploy_timeout_ms: u64,
     /// How long a TaskManager keeps trying to reach its JobManager, in milliseconds
     /// (Flink's `taskmanager.registration.timeout`).
     #[arg(
@@ -102,6 +110,7 @@ impl Default for ClusterArgs {
             heartbeat_interval_ms: 1_000,
             heartbeat_timeout_ms: 10_000,
             slot_timeout_ms: 300_000,
+            deploy_timeout_ms: 600_000,
             registration_timeout_ms: 300_000,
         }
     }
@@ -130,6 +139,8 @@ pub struct ClusterConfig {
     pub heartbeat_timeout: Duration,
     /// Slot request timeout.
     pub slot_timeout: Duration,
+    /// Deployment timeout.
+    pub deploy_timeout: Duration,
     /// Registration timeout.
     pub registration_timeout: Duration,
 }
@@ -231,6 +242,7 @@ impl ClusterArgs {
             heartbeat_interval,
             heartbeat_timeout,
             slot_timeout: timeout("--slot-timeout-ms", self.slot_timeout_ms)?,
+            deploy_timeout: timeout("--deploy-timeout-ms", self.deploy_timeout_ms)?,
             registration_timeout: timeout(
                 "--registration-timeout-ms",
                 self.registration_timeout_ms,

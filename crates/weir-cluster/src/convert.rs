@@ -148,6 +148,32 @@ pub fn task_event_to_proto(
     }))
 }
 
+/// The subtask a report is about, if it is a task's.
+pub fn task_of(event: &TaskEvent) -> Option<SubtaskRef> {
+    match event {
+        TaskEvent::Finished { task, .. }
+        | TaskEvent::Failed { task, .. }
+        | TaskEvent::Acknowledge { task, .. }
+        | TaskEvent::Decline { task, .. }
+        | TaskEvent::EndOfInput { task } => Some(*task),
+        _ => None,
+    }
+}
+
+/// The report of a task whose own report could not be encoded: it failed, saying why.
+pub fn unreportable(run: RunId, task: SubtaskRef, reason: &str) -> proto::TaskEvent {
+    proto::TaskEvent {
+        run: Some(run.into()),
+        task: Some(task.into()),
+        kind: Some(proto::task_event::Kind::Failed(proto::Failed {
+            operator: String::new(),
+            message: format!("its report could not be encoded: {reason}"),
+            secondary: false,
+            metrics: Vec::new(),
+        })),
+    }
+}
+
 /// A task's report from a TaskManager, as the JobManager's loop takes it.
 pub fn task_event_from_proto(event: proto::TaskEvent) -> Result<TaskEvent, ClusterError> {
     use proto::task_event::Kind;

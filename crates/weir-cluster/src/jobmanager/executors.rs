@@ -81,6 +81,10 @@ impl TaskExecutors for ClusterTaskExecutors {
         Some(self.shared.config.slot_timeout)
     }
 
+    fn deploy_timeout(&self) -> Option<Duration> {
+        Some(self.shared.config.deploy_timeout)
+    }
+
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
         let job = request.job;
         let vertices = &job.plan.execution_graph.vertices;

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_stream::wrappers::TcpListenerStream;
-use weir::checkpoint::config::CheckpointStorageConfig;
 use weir::runtime::job_definition::JobDefinition;
 use weir::runtime::mini_cluster::MiniCluster;
 use weir::{JobExecutionResult, JobStatus};
@@ -42,11 +41,7 @@ pub fn run_jobmanager(
     config: &ClusterConfig,
     mut job: JobDefinition,
 ) -> Result<JobExecutionResult, ClusterError> {
-    if matches!(
-        job.config.checkpoint.storage,
-        CheckpointStorageConfig::FileSystem(_)
-    ) && job.config.restore.is_none()
-    {
+    if job.config.checkpoint.storage.is_durable() && job.config.restore.is_none() {
         job.config.resume_from_latest_checkpoint = true;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()

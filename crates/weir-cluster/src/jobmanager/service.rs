@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use weir::connectors::source::ReaderEvent;
+use weir::graph::execution_graph::SubtaskRef;
 use weir::graph::ids::NodeId;
 use weir::runtime::stream_element::StopMode;
 use weir::runtime::task::{DeployFailureKind, TaskEvent};
@@ -297,15 +298,37 @@ fn on_message(
             let Ok(run) = run_of(event.run, "task event") else {
                 return true;
             };
+            let task = event.task.map(SubtaskRef::from);
             match state.current_run(run, id) {
-                Some(current) => match task_event_from_proto(event) {
-                    Ok(event) => {
-                        let _ = current.events.send(event);
-                    }
-                    Err(e) => {
-                        tracing::warn!(taskmanager = %id, error = %e, "undecodable task event")
-                    }
-                },
+                // Only a task this TaskManager runs in this run may report.
+                Some(current)
+                    if task.is_some_and(|t| {
+                        current.placement.get(&t).map(String::as_str) == Some(id)
+                    }) =>
+                {
+                    let report = match task_event_from_proto(event) {
+                        Ok(report) => report,
+                        // The task stays accounted for: it failed, as far as the job knows.
+                        Err(e) => TaskEvent::Failed {
+                            task: task.unwrap_or(SubtaskRef {
+                                vertex: weir::graph::ids::JobVertexId(0),
+                                subtask: 0,
+                            }),
+                            error: weir::error::TaskError::Remote {
+                                message: format!(
+                                    "an undecodable report from TaskManager `{id}`: {e}"
+                                ),
+                                secondary: false,
+                            },
+                            metrics: Vec::new(),
+                        },
+                    };
+                    let _ = current.events.send(report);
+                }
+                Some(_) => {
+                    state.stale_messages += 1;
+                    tracing::warn!(taskmanager = %id, ?task, "a report for a task this TaskManager does not run; ignored");
+                }
                 None => state.stale_messages += 1,
             }
         }

@@ -228,13 +228,24 @@ impl TaskManager {
                 return SessionEnd::Lost(format!("cannot open a session: {}", status.message()))
             }
         };
-        let heartbeat_timeout = match inbound.message().await {
+        let (heartbeat_interval, heartbeat_timeout) = match inbound.message().await {
             Ok(Some(proto::JobManagerMessage {
                 body: Some(In::Registered(registered)),
                 epoch,
             })) => {
+                // A JobManager older than one already seen (a stale one behind the same
+                // address) is not followed: its successor will answer.
+                if epoch != 0 && epoch < self.epoch {
+                    return SessionEnd::Lost(format!(
+                        "the JobManager answering has epoch {epoch}, older than {} already seen",
+                        self.epoch
+                    ));
+                }
                 self.epoch = self.epoch.max(epoch);
-                Duration::from_millis(registered.heartbeat_timeout_millis.max(1))
+                (
+                    Duration::from_millis(registered.heartbeat_interval_millis.max(1)),
+                    Duration::from_millis(registered.heartbeat_timeout_millis.max(1)),
+                )
             }
             Ok(Some(proto::JobManagerMessage {
                 body: Some(In::Refused(refused)),
@@ -249,7 +260,7 @@ impl TaskManager {
         *unreachable_since = Instant::now();
         let heartbeats = {
             let tx = tx.clone();
-            let interval = self.config.heartbeat_interval;
+            let interval = heartbeat_interval;
             let epoch = self.epoch;
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);

@@ -23,7 +23,7 @@ use weir::runtime::task::{TaskControl, TaskEvent};
 use weir::runtime::task_executors::{start_tasks, DeployedRun, LocalRun, ReaderEndpoints};
 use weir::FencingToken;
 
-use crate::convert::{decode, encode, run_of, task_event_to_proto};
+use crate::convert::{decode, encode, run_of, task_event_to_proto, task_of, unreportable};
 use crate::proto;
 use crate::proto::task_manager_message::Body;
 
@@ -207,7 +207,13 @@ impl TaskManagerRun {
                                 }
                             }
                             Ok(None) => {}
-                            Err(e) => tracing::warn!(error = %e, "cannot report a task event"),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot report a task event");
+                                if let Some(task) = task_of(&event) {
+                                    let failed = unreportable(run, task, &e.to_string());
+                                    let _ = outbound.send(message(epoch, Body::TaskEvent(failed)));
+                                }
+                            }
                         }
                     }
                 })

@@ -59,6 +59,12 @@ pub trait TaskExecutors: Send {
         None
     }
 
+    /// How long a run may take to deploy before it counts as failed (`None`: deployment is
+    /// done when `start_run` returns).
+    fn deploy_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// How long the JobManager waits for enough slots before the run counts as failed.
     fn slot_timeout(&self) -> Option<std::time::Duration> {
         None

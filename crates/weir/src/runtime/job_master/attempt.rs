@@ -371,7 +371,7 @@ impl JobMaster {
                 );
             }
             TaskEvent::Deployed => {
-                if matches!(self.phase, JobPhase::Deploying) {
+                if matches!(self.phase, JobPhase::Deploying { .. }) {
                     self.run_deployed();
                 }
             }

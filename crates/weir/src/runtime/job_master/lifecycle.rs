@@ -60,7 +60,9 @@ impl JobMaster {
                 if deployed {
                     self.run_deployed();
                 } else {
-                    self.phase = JobPhase::Deploying;
+                    self.phase = JobPhase::Deploying {
+                        since: self.clock.now(),
+                    };
                 }
             }
             Err(DeployError::CorruptState(problem)) => match restore {
@@ -80,6 +82,14 @@ impl JobMaster {
     pub(super) fn run_deployed(&mut self) {
         self.phase = JobPhase::Running;
         self.coordinator.reset_timer(self.clock.now());
+        // A small input may have ended before the last TaskManager said it was deployed.
+        if self
+            .attempt
+            .as_ref()
+            .is_some_and(|a| a.sources_all_at_end())
+        {
+            self.input_ended();
+        }
     }
 
     /// Deploying from restore point `id` at `location` found a damaged state file

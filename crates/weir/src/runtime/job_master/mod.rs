@@ -460,6 +460,16 @@ impl JobMaster {
                 self.try_deploy();
             }
             JobPhase::WaitingForResources { .. } => self.try_deploy(),
+            JobPhase::Deploying { since } => {
+                let timeout = self.executors.deploy_timeout();
+                if let Some(timeout) =
+                    timeout.filter(|t| now.saturating_duration_since(since) >= *t)
+                {
+                    self.fail_run(WeirError::InvalidRequest(format!(
+                        "the run's tasks were not all deployed within {timeout:?} (a TaskManager restoring or connecting too slowly); restarting"
+                    )));
+                }
+            }
             _ => {}
         }
         if self.phase.has_tasks() {

@@ -26,9 +26,12 @@ pub enum JobPhase {
         /// When the wait began.
         since: Instant,
     },
-    /// The run's tasks are being deployed on the executors; no checkpoint is taken until
-    /// they all are.
-    Deploying,
+    /// The run's tasks are being deployed on the executors, since `since`; no checkpoint
+    /// is taken until they all are.
+    Deploying {
+        /// When the deployment began.
+        since: Instant,
+    },
     /// Tasks run; periodic checkpoints are taken.
     Running,
     /// Every source has read all its input: the final checkpoint is in flight (`Some`), or
@@ -116,7 +119,7 @@ impl JobPhase {
             JobPhase::WaitingForResources { .. } | JobPhase::Restarting { .. } => Some(
                 "the job is restarting (no tasks run); try again once it runs".into(),
             ),
-            JobPhase::Deploying => Some(
+            JobPhase::Deploying { .. } => Some(
                 "the job's tasks are being deployed; try again once it runs".into(),
             ),
             JobPhase::Ended => Some("the job has ended".into()),
@@ -131,7 +134,7 @@ impl JobPhase {
     pub fn name(&self) -> &'static str {
         match self {
             JobPhase::WaitingForResources { .. } => "waiting for resources",
-            JobPhase::Deploying => "deploying",
+            JobPhase::Deploying { .. } => "deploying",
             JobPhase::Running => "running",
             JobPhase::Finishing { .. } => "finishing",
             JobPhase::StoppingWithSavepoint { .. } => "stopping with a savepoint",
@@ -172,7 +175,7 @@ mod tests {
                 restore_ready: false,
             },
             JobPhase::Ended,
-            JobPhase::Deploying,
+            JobPhase::Deploying { since: now },
         ];
         for phase in &phases {
             let running = matches!(phase, JobPhase::Running);

@@ -361,7 +361,7 @@ fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_re
     h.executors.recorded().deploys_later = true;
     h.master.try_deploy();
     h.settle();
-    assert!(matches!(h.master.phase(), JobPhase::Deploying));
+    assert!(matches!(h.master.phase(), JobPhase::Deploying { .. }));
     h.clock.advance(Duration::from_secs(5));
     h.settle();
     assert!(
@@ -383,7 +383,7 @@ fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_re
     h.clock.advance(Duration::from_secs(11));
     h.settle();
     assert_eq!(h.runs(), 2);
-    assert!(matches!(h.master.phase(), JobPhase::Deploying));
+    assert!(matches!(h.master.phase(), JobPhase::Deploying { .. }));
     h.executors.recorded().runs[1]
         .send(TaskEvent::DeployFailed {
             tasks: tasks[..2].to_vec(),
@@ -406,6 +406,40 @@ fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_re
     h.settle();
     assert!(
         matches!(h.master.phase(), JobPhase::Restarting { .. }),
+        "{}",
+        h.master.phase().name()
+    );
+}
+
+#[test]
+fn input_that_ends_while_the_run_deploys_still_gets_its_final_checkpoint() {
+    let mut h = harness_with(None, |c| {
+        c.with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
+    });
+    h.executors.recorded().deploys_later = true;
+    h.master.try_deploy();
+    h.settle();
+    let sources: Vec<SubtaskRef> = h
+        .tasks
+        .iter()
+        .copied()
+        .filter(|t| h.master.job.plan.job_graph.vertices[t.vertex.index()].is_source)
+        .collect();
+    let run = h.executors.recorded().runs[0].clone();
+    for task in sources {
+        run.send(TaskEvent::EndOfInput { task }).unwrap();
+    }
+    h.settle();
+    assert!(matches!(h.master.phase(), JobPhase::Deploying { .. }));
+    run.send(TaskEvent::Deployed).unwrap();
+    h.settle();
+    assert!(
+        matches!(
+            h.master.phase(),
+            JobPhase::Finishing {
+                final_checkpoint: Some(_)
+            }
+        ),
         "{}",
         h.master.phase().name()
     );

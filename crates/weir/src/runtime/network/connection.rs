@@ -79,6 +79,8 @@ struct CreditSlot {
 struct Routes {
     inboxes: HashMap<u32, Box<dyn ChannelInbox>>,
     credits: HashMap<u32, CreditSlot>,
+    /// The reader has ended: nothing more arrives, so nothing may register.
+    closed: bool,
 }
 
 impl Routes {
@@ -102,6 +104,8 @@ fn lock(routes: &SharedRoutes) -> MutexGuard<'_, Routes> {
 /// One live data connection.
 pub struct Connection {
     link: Arc<LinkState>,
+    /// The largest frame a peer accepts.
+    max_frame: usize,
     /// The connection's own line to its writer, for initial credits; dropped by
     /// [`Connection::seal`] so that the writer can end with the channels.
     out: Option<Sender<Outbound>>,
@@ -146,6 +150,7 @@ impl Connection {
         }
         Ok(Self {
             link,
+            max_frame,
             out: Some(out),
             routes,
             stream,
@@ -172,7 +177,12 @@ impl Connection {
         inbox: Box<dyn ChannelInbox>,
     ) -> Result<(), NetworkError> {
         let out = self.out()?;
-        lock(&self.routes).inboxes.insert(channel, inbox);
+        let mut routes = lock(&self.routes);
+        if routes.closed {
+            return Err(self.closed_error());
+        }
+        routes.inboxes.insert(channel, inbox);
+        drop(routes);
         CreditReturn::new(channel, out, self.link.clone()).grant(capacity as u32);
         Ok(())
     }
@@ -189,20 +199,34 @@ impl Connection {
         window: usize,
     ) -> Result<RemoteSender, NetworkError> {
         let out = self.out()?;
-        let credits = lock(&self.routes)
-            .credit_slot(channel)
-            .rx
-            .take()
-            .ok_or_else(|| NetworkError::Protocol {
-                peer: self.link.peer.clone(),
-                reason: format!("channel {channel} has two senders"),
-            })?;
+        let mut routes = lock(&self.routes);
+        if routes.closed {
+            return Err(self.closed_error());
+        }
+        let credits =
+            routes
+                .credit_slot(channel)
+                .rx
+                .take()
+                .ok_or_else(|| NetworkError::Protocol {
+                    peer: self.link.peer.clone(),
+                    reason: format!("channel {channel} has two senders"),
+                })?;
         Ok(RemoteSender::new(
             channel,
             credits,
             window,
+            self.max_frame,
             out,
             self.link.clone(),
+        ))
+    }
+
+    fn closed_error(&self) -> NetworkError {
+        NetworkError::NoConnection(format!(
+            "{} (closed: {})",
+            self.link.peer,
+            self.link.failure().unwrap_or("the peer ended it")
         ))
     }
 
@@ -272,6 +296,7 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
     let mut closed = false;
     let failure = loop {
         match reader.next_frame() {
+            Ok(Some(_)) if closed => break Some("a frame after the close frame".into()),
             Ok(Some(Frame::Close)) => closed = true,
             Ok(Some(Frame::Data { channel, payload })) => {
                 let routes = lock(routes);
@@ -314,6 +339,7 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
     }
     // Nothing more arrives: the channels' receivers and senders see the end.
     let mut routes = lock(routes);
+    routes.closed = true;
     routes.inboxes.clear();
     routes.credits.clear();
 }

@@ -58,14 +58,16 @@ impl LinkState {
         self.failure.get().map(String::as_str)
     }
 
-    /// The error a channel end reports once the connection is gone.
+    /// The error a sending channel end reports once the connection is gone: the failure if
+    /// it failed, else (the peer closed it normally, its tasks having ended) a closed
+    /// channel, which is only a consequence of the peer's end.
     pub fn lost(&self) -> TaskError {
-        TaskError::ConnectionLost {
-            peer: self.peer.clone(),
-            reason: self
-                .failure()
-                .unwrap_or("the connection was closed")
-                .to_string(),
+        match self.failure() {
+            Some(reason) => TaskError::ConnectionLost {
+                peer: self.peer.clone(),
+                reason: reason.to_string(),
+            },
+            None => TaskError::ChannelClosed { peer: "downstream" },
         }
     }
 }
@@ -77,6 +79,8 @@ pub struct RemoteSender {
     credits: Receiver<()>,
     /// The receiver's queue size: the most elements in flight.
     window: usize,
+    /// The largest frame the receiver accepts.
+    max_frame: usize,
     out: Sender<Outbound>,
     link: Arc<LinkState>,
 }
@@ -87,6 +91,7 @@ impl RemoteSender {
         channel: u32,
         credits: Receiver<()>,
         window: usize,
+        max_frame: usize,
         out: Sender<Outbound>,
         link: Arc<LinkState>,
     ) -> Self {
@@ -94,6 +99,7 @@ impl RemoteSender {
             channel,
             credits,
             window,
+            max_frame,
             out,
             link,
         }
@@ -123,6 +129,22 @@ impl RemoteSender {
                 .into(),
             )
         })?;
+        // The receiver would refuse it and fail the whole connection; this channel's task
+        // fails instead, saying what is too large.
+        if frame.len() > self.max_frame {
+            return Err(TaskError::User(
+                format!(
+                    "a batch of {} bytes for channel {} to {} is larger than the {} bytes a \
+                     network frame may hold: make the records smaller, or the batches \
+                     shorter (`ExecutionConfig::with_buffer_size`)",
+                    frame.len(),
+                    self.channel,
+                    self.link.peer,
+                    self.max_frame
+                )
+                .into(),
+            ));
+        }
         self.out
             .send(Outbound::Data(frame))
             .map_err(|_| self.link.lost())

@@ -219,7 +219,11 @@ fn accept_loop(listener: TcpListener, fingerprint: u64, pending: &Pending, stopp
         if stopped.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of descriptors, say: wait instead of spinning.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
         let pending = pending.clone();
         // A slow or foreign client must not hold up the others' handshakes.
         let _ = std::thread::Builder::new()

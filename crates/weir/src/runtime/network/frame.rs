@@ -168,7 +168,7 @@ impl<R: Read> FrameReader<R> {
         let length = u32::from_le_bytes(length) as usize;
         if length > self.max_frame {
             return Err(self.protocol(format!(
-                "a frame of {length} bytes exceeds the maximum of {} (network.max-frame-bytes)",
+                "a frame of {length} bytes exceeds the maximum of {} bytes",
                 self.max_frame
             )));
         }

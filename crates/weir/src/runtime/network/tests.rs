@@ -287,3 +287,53 @@ fn a_port_in_use_names_the_setting() {
         "{error}"
     );
 }
+
+#[test]
+fn a_batch_larger_than_a_frame_fails_its_task_not_the_connection() {
+    let config = NetworkConfig {
+        max_frame_bytes: 512,
+        connect_timeout: Duration::from_secs(5),
+    };
+    let a = NetworkEnvironment::bind("tm-a", "127.0.0.1:0".parse().unwrap(), 7, config.clone())
+        .unwrap();
+    let b = NetworkEnvironment::bind("tm-b", "127.0.0.1:0".parse().unwrap(), 7, config).unwrap();
+    let (mut ca, mut cb) = connect(&a, &b);
+    let (senders, receivers) = remote_channels(1, 4, (&ca, &cb));
+    ca.seal();
+    cb.seal();
+    let cancel = never_cancelled();
+    let error = senders[0].send(batch(0..1000), &cancel).unwrap_err();
+    assert!(
+        error.to_string().contains("larger than the 512 bytes"),
+        "{error}"
+    );
+    // The connection is intact: a small batch still crosses.
+    senders[0].send(batch(0..3), &cancel).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while receivers[0].rx.is_empty() {
+        assert!(Instant::now() < deadline, "the small batch never arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(ca.failure().is_none() && cb.failure().is_none());
+}
+
+#[test]
+fn a_peer_that_ends_normally_is_a_closed_channel_not_a_lost_connection() {
+    let (a, b) = (environment("tm-a", 7), environment("tm-b", 7));
+    let (mut ca, mut cb) = connect(&a, &b);
+    let (senders, receivers) = remote_channels(1, 2, (&ca, &cb));
+    ca.seal();
+    cb.seal();
+    // The receiving side's tasks end: its direction closes with a close frame.
+    drop(receivers);
+    let cancel = never_cancelled();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        match senders[0].send(batch(0..1), &cancel) {
+            Ok(()) => assert!(Instant::now() < deadline, "sending never stopped"),
+            Err(e) => break e,
+        }
+    };
+    assert!(error.is_secondary(), "{error}");
+    assert!(cb.failure().is_none(), "{:?}", cb.failure());
+}
