@@ -17,7 +17,8 @@ PID_FILE="$TOOLS/broker.pid"
 PORT_FILE="$TOOLS/broker.port"
 LOG_FILE="$TOOLS/broker.log"
 
-log() { printf '%s\n' "$*" >&2; }
+# shellcheck source=lib/service.sh
+. scripts/lib/service.sh
 
 install() {
     if [ -x "$BIN" ]; then
@@ -40,17 +41,7 @@ install() {
     log "installed $("$BIN" --version)"
 }
 
-running() {
-    [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null
-}
-
-listening() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+running() { pid_running "$PID_FILE"; }
 
 start() {
     install

@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 BASE="${TMPDIR:-/tmp}/weir-postgres-$(id -u)-$(pwd | cksum | cut -d' ' -f1)"
 USER_NAME=weir
 
-log() { printf '%s\n' "$*" >&2; }
+# shellcheck source=lib/service.sh
+. scripts/lib/service.sh
 
 pg_bin() {
     ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
@@ -36,10 +37,6 @@ as_server_user() {
     else
         "$@"
     fi
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 running() {

@@ -20,7 +20,8 @@ BUCKET="weir-test"
 ACCESS_KEY="weir-test-access"
 SECRET_KEY="weir-test-secret"
 
-log() { printf '%s\n' "$*" >&2; }
+# shellcheck source=lib/service.sh
+. scripts/lib/service.sh
 
 install() {
     if [ -x "$BIN" ]; then
@@ -30,17 +31,7 @@ install() {
     cargo install s3s-fs --version 0.14.1 --features binary --locked --root "$TOOLS" >&2
 }
 
-running() {
-    [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null
-}
-
-listening() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+running() { pid_running "$PID_FILE"; }
 
 exports() {
     echo "export WEIR_S3_URL=s3://$BUCKET"
