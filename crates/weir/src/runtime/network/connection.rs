@@ -73,6 +73,8 @@ pub fn remote_receiver<T: DeserializeOwned + Send + 'static>(
 struct CreditSlot {
     tx: Sender<()>,
     rx: Option<Receiver<()>>,
+    /// The receiver's queue size, once the sender registered: unused credits never exceed it.
+    window: Option<usize>,
 }
 
 #[derive(Default)]
@@ -87,7 +89,11 @@ impl Routes {
     fn credit_slot(&mut self, channel: u32) -> &mut CreditSlot {
         self.credits.entry(channel).or_insert_with(|| {
             let (tx, rx) = crossbeam_channel::unbounded();
-            CreditSlot { tx, rx: Some(rx) }
+            CreditSlot {
+                tx,
+                rx: Some(rx),
+                window: None,
+            }
         })
     }
 }
@@ -203,15 +209,12 @@ impl Connection {
         if routes.closed {
             return Err(self.closed_error());
         }
-        let credits =
-            routes
-                .credit_slot(channel)
-                .rx
-                .take()
-                .ok_or_else(|| NetworkError::Protocol {
-                    peer: self.link.peer.clone(),
-                    reason: format!("channel {channel} has two senders"),
-                })?;
+        let slot = routes.credit_slot(channel);
+        slot.window = Some(window);
+        let credits = slot.rx.take().ok_or_else(|| NetworkError::Protocol {
+            peer: self.link.peer.clone(),
+            reason: format!("channel {channel} has two senders"),
+        })?;
         Ok(RemoteSender::new(
             channel,
             credits,
@@ -317,6 +320,13 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
                 }
                 let mut routes = lock(routes);
                 let slot = routes.credit_slot(channel);
+                // A receiver never has more room than its queue.
+                let unused = slot.tx.len() + credits as usize;
+                if let Some(window) = slot.window.filter(|w| unused > *w) {
+                    break Some(format!(
+                        "channel {channel} was granted {unused} credits, more than its window of {window}"
+                    ));
+                }
                 for _ in 0..credits {
                     let _ = slot.tx.send(());
                 }

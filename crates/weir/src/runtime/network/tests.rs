@@ -337,3 +337,27 @@ fn a_peer_that_ends_normally_is_a_closed_channel_not_a_lost_connection() {
     assert!(error.is_secondary(), "{error}");
     assert!(cb.failure().is_none(), "{:?}", cb.failure());
 }
+
+/// A receiver that grants more credits than its queue holds breaks the protocol: the
+/// connection fails rather than letting the sender queue without bound.
+#[test]
+fn credits_beyond_the_window_fail_the_connection() {
+    let (a, b) = (environment("tm-a", 7), environment("tm-b", 7));
+    let (mut ca, mut cb) = connect(&a, &b);
+    let (senders, _receivers) = remote_channels(1, 2, (&ca, &cb));
+    // tm-b grants more than the window of 2 (it already granted 2).
+    cb.get("tm-a").unwrap().credit_return(0).unwrap().grant(5);
+    ca.seal();
+    cb.seal();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ca.failure().is_none() {
+        assert!(Instant::now() < deadline, "the excess was accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        ca.failure().unwrap().contains("more than its window of 2"),
+        "{:?}",
+        ca.failure()
+    );
+    drop(senders);
+}
