@@ -57,6 +57,31 @@ impl Job {
     }
 }
 
+/// A job's prepared transactions outlive it on the server (and its restarts); a scenario's
+/// probe, killed or stalled at a chosen point, leaves some behind. They are rolled back
+/// when the job's test ends, so that repeated runs never fill the server's
+/// `max_prepared_transactions`.
+impl Drop for Job {
+    fn drop(&mut self) {
+        let Ok(mut client) =
+            PostgresConnection::new(&common::url()).and_then(|c| c.connect("weir-test"))
+        else {
+            return;
+        };
+        let Ok(rows) = client.query(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1",
+            &[&format!("weir-count-{}:%", self.table)],
+        ) else {
+            return;
+        };
+        for row in rows {
+            let gid: String = row.get(0);
+            let _ =
+                client.batch_execute(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")));
+        }
+    }
+}
+
 impl ReferenceJob for Job {
     fn command(&self, resume: bool, extra: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir-pg-count"));
