@@ -44,22 +44,8 @@ pub fn run_jobmanager(
     if job.config.checkpoint.storage.is_durable() && job.config.restore.is_none() {
         job.config.resume_from_latest_checkpoint = true;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("jobmanager-rpc")
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
     // Bound before the job starts, so that a port in use is reported at once.
-    let listener =
-        std::net::TcpListener::bind(&config.rpc_bind).map_err(|source| ClusterError::Bind {
-            address: config.rpc_bind.clone(),
-            setting: "--rpc-bind-address / --jobmanager-address",
-            cause: source,
-        })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| ClusterError::Internal(format!("cannot configure the RPC socket: {e}")))?;
+    let (runtime, listener) = rpc_endpoint(config)?;
     let address = listener
         .local_addr()
         .map_err(|e| ClusterError::Internal(format!("cannot read the RPC address: {e}")))?;
@@ -99,6 +85,28 @@ pub fn run_jobmanager(
     server.abort();
     runtime.shutdown_timeout(Duration::from_secs(1));
     result.map_err(ClusterError::from)
+}
+
+/// The JobManager's RPC runtime and its listening socket on the configured address.
+fn rpc_endpoint(
+    config: &ClusterConfig,
+) -> Result<(tokio::runtime::Runtime, std::net::TcpListener), ClusterError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("jobmanager-rpc")
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
+    let listener =
+        std::net::TcpListener::bind(&config.rpc_bind).map_err(|cause| ClusterError::Bind {
+            address: config.rpc_bind.clone(),
+            setting: "--rpc-bind-address / --jobmanager-address",
+            cause,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ClusterError::Internal(format!("cannot configure the RPC socket: {e}")))?;
+    Ok((runtime, listener))
 }
 
 /// Serves the gRPC service on `listener` and checks heartbeats, on `runtime`.
@@ -164,20 +172,7 @@ pub fn serve_without_job(
     fingerprint: u64,
     duration: Duration,
 ) -> Result<ControlPlaneStats, ClusterError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Internal(format!("cannot start the RPC runtime: {e}")))?;
-    let listener =
-        std::net::TcpListener::bind(&config.rpc_bind).map_err(|cause| ClusterError::Bind {
-            address: config.rpc_bind.clone(),
-            setting: "--rpc-bind-address / --jobmanager-address",
-            cause,
-        })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| ClusterError::Internal(format!("cannot configure the RPC socket: {e}")))?;
+    let (runtime, listener) = rpc_endpoint(config)?;
     let shared = Shared::new(
         config.clone(),
         fingerprint,

@@ -299,38 +299,30 @@ fn on_message(
                 return true;
             };
             let task = event.task.map(SubtaskRef::from);
-            match state.current_run(run, id) {
-                // Only a task this TaskManager runs in this run may report.
-                Some(current)
-                    if task.is_some_and(|t| {
-                        current.placement.get(&t).map(String::as_str) == Some(id)
-                    }) =>
-                {
-                    let report = match task_event_from_proto(event) {
-                        Ok(report) => report,
-                        // The task stays accounted for: it failed, as far as the job knows.
-                        Err(e) => TaskEvent::Failed {
-                            task: task.unwrap_or(SubtaskRef {
-                                vertex: weir::graph::ids::JobVertexId(0),
-                                subtask: 0,
-                            }),
-                            error: weir::error::TaskError::Remote {
-                                message: format!(
-                                    "an undecodable report from TaskManager `{id}`: {e}"
-                                ),
-                                secondary: false,
-                            },
-                            metrics: Vec::new(),
-                        },
-                    };
-                    let _ = current.events.send(report);
+            let Some(current) = state.current_run(run, id) else {
+                state.stale_messages += 1;
+                return true;
+            };
+            // Only a task this TaskManager runs in this run may report.
+            let Some(task) =
+                task.filter(|t| current.placement.get(t).map(String::as_str) == Some(id))
+            else {
+                state.stale_messages += 1;
+                tracing::warn!(taskmanager = %id, ?task, "a report for a task this TaskManager does not run; ignored");
+                return true;
+            };
+            let report = task_event_from_proto(event).unwrap_or_else(|e| {
+                // The task stays accounted for: it failed, as far as the job knows.
+                TaskEvent::Failed {
+                    task,
+                    error: weir::error::TaskError::Remote {
+                        message: format!("an undecodable report from TaskManager `{id}`: {e}"),
+                        secondary: false,
+                    },
+                    metrics: Vec::new(),
                 }
-                Some(_) => {
-                    state.stale_messages += 1;
-                    tracing::warn!(taskmanager = %id, ?task, "a report for a task this TaskManager does not run; ignored");
-                }
-                None => state.stale_messages += 1,
-            }
+            });
+            let _ = current.events.send(report);
         }
         In::ReaderEvent(event) => {
             let Ok(run) = run_of(event.run, "reader event") else {

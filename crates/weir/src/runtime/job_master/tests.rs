@@ -151,6 +151,13 @@ impl Harness {
     }
 }
 
+/// A harness whose job checkpoints every second (in memory).
+fn checkpointing_harness() -> Harness {
+    harness_with(None, |c| {
+        c.with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
+    })
+}
+
 /// Every task of the latest run fails with `message`.
 fn fail_all(h: &Harness, message: &str) {
     h.report_all(|task| TaskEvent::Failed {
@@ -355,9 +362,7 @@ fn a_savepoint_asked_while_a_checkpoint_starts_follows_it() {
 
 #[test]
 fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_restarts() {
-    let mut h = harness_with(None, |c| {
-        c.with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
-    });
+    let mut h = checkpointing_harness();
     h.executors.recorded().deploys_later = true;
     h.master.try_deploy();
     h.settle();
@@ -413,9 +418,7 @@ fn no_checkpoint_starts_before_every_task_is_deployed_and_a_failed_deployment_re
 
 #[test]
 fn input_that_ends_while_the_run_deploys_still_gets_its_final_checkpoint() {
-    let mut h = harness_with(None, |c| {
-        c.with_checkpointing(CheckpointConfig::default().with_interval(Duration::from_secs(1)))
-    });
+    let mut h = checkpointing_harness();
     h.executors.recorded().deploys_later = true;
     h.master.try_deploy();
     h.settle();
