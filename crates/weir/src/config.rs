@@ -122,6 +122,14 @@ pub struct ExecutionConfig {
     /// Start from the job's latest retained checkpoint in its checkpoint storage, if there
     /// is one — how a job resumes after its process died. An explicit `restore` wins.
     pub resume_from_latest_checkpoint: bool,
+    /// How often the JobManager samples the tasks' metrics for the REST API, the dashboard
+    /// and Prometheus (`metrics.fetcher.update-interval`; 1 s).
+    #[serde(with = "duration_millis", default = "default_metrics_update_interval")]
+    pub metrics_update_interval: Duration,
+}
+
+fn default_metrics_update_interval() -> Duration {
+    Duration::from_secs(1)
 }
 
 impl Default for ExecutionConfig {
@@ -140,6 +148,7 @@ impl Default for ExecutionConfig {
             restart_strategy: None,
             restore: None,
             resume_from_latest_checkpoint: false,
+            metrics_update_interval: default_metrics_update_interval(),
         }
     }
 }
@@ -202,6 +211,13 @@ impl ExecutionConfig {
     /// Resumes from the job's latest retained checkpoint when one exists.
     pub fn with_resume_from_latest_checkpoint(mut self, resume: bool) -> Self {
         self.resume_from_latest_checkpoint = resume;
+        self
+    }
+
+    /// Sets how often the JobManager samples the tasks' metrics
+    /// (`metrics.fetcher.update-interval`).
+    pub fn with_metrics_update_interval(mut self, interval: Duration) -> Self {
+        self.metrics_update_interval = interval;
         self
     }
 
@@ -280,6 +296,13 @@ impl ExecutionConfig {
                 "buffer_timeout",
                 "0ms".into(),
                 "must be positive (idle tasks already flush at once)",
+            ));
+        }
+        if self.metrics_update_interval.is_zero() {
+            return Err(err(
+                "metrics.fetcher.update-interval",
+                "0ms".into(),
+                "must be positive",
             ));
         }
         Ok(())

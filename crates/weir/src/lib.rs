@@ -8,6 +8,7 @@ pub mod config;
 pub mod connectors;
 pub mod error;
 pub mod graph;
+pub mod metrics;
 pub mod prelude;
 pub mod record;
 pub mod runtime;

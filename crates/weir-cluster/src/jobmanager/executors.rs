@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir::error::WeirError;
+use weir::metrics::SubtaskSample;
 use weir::runtime::deployment::DeployError;
 use weir::runtime::network::frame::RunId;
 use weir::runtime::task::TaskControl;
@@ -83,6 +84,22 @@ impl TaskExecutors for ClusterTaskExecutors {
 
     fn deploy_timeout(&self) -> Option<Duration> {
         Some(self.shared.config.deploy_timeout)
+    }
+
+    fn sample_metrics(&self) -> Vec<(Option<String>, Vec<SubtaskSample>)> {
+        let state = self.shared.lock();
+        // Only TaskManagers still registered: a lost one's tasks are gone.
+        let live: std::collections::BTreeSet<String> = state
+            .registry
+            .sessions()
+            .map(|(_, s)| s.id.clone())
+            .collect();
+        state
+            .metrics
+            .iter()
+            .filter(|(tm, _)| live.contains(*tm))
+            .map(|(tm, samples)| (Some(tm.clone()), samples.clone()))
+            .collect()
     }
 
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {

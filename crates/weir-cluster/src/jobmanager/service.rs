@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use weir::connectors::source::ReaderEvent;
 use weir::graph::execution_graph::SubtaskRef;
 use weir::graph::ids::NodeId;
+use weir::metrics::SubtaskSample;
 use weir::runtime::stream_element::StopMode;
 use weir::runtime::task::{DeployFailureKind, TaskEvent};
 use weir::{JobClient, WeirError};
@@ -324,6 +325,12 @@ fn on_message(
             });
             let _ = current.events.send(report);
         }
+        In::Metrics(metrics) => match decode::<Vec<SubtaskSample>>("metrics", &metrics.samples) {
+            Ok(samples) => {
+                state.metrics.insert(id.to_string(), samples);
+            }
+            Err(e) => tracing::warn!(taskmanager = %id, error = %e, "undecodable metrics"),
+        },
         In::ReaderEvent(event) => {
             let Ok(run) = run_of(event.run, "reader event") else {
                 return true;

@@ -2,7 +2,7 @@
 //! its job's loop (on its own thread): the registry, each session's outbound line, and the
 //! run in progress. Both sides hold the lock only briefly and never across a wait.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -17,6 +17,8 @@ use weir::runtime::task::TaskEvent;
 use weir::JobClient;
 
 use super::registry::{Registry, SessionId};
+use weir::metrics::SubtaskSample;
+
 use crate::config::ClusterConfig;
 use crate::proto;
 use crate::proto::job_manager_message::Body;
@@ -60,6 +62,8 @@ pub struct JobManagerState {
     pub ended: Option<(String, String)>,
     /// The job's client, for the status and control calls.
     pub client: Option<Arc<JobClient>>,
+    /// The latest metrics each TaskManager sent, by TaskManager id.
+    pub metrics: BTreeMap<String, Vec<SubtaskSample>>,
 }
 
 /// The state and what every side needs to read it.
@@ -88,6 +92,7 @@ impl Shared {
                 messages: 0,
                 ended: None,
                 client: None,
+                metrics: BTreeMap::new(),
             }),
             changed: Condvar::new(),
             config,

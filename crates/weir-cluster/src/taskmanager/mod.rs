@@ -13,6 +13,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use weir::checkpoint::config::CheckpointStorageConfig;
 use weir::checkpoint::storage::{create_storage, CheckpointStorage};
 use weir::graph::ids::NodeId;
+use weir::metrics::MetricRegistry;
 use weir::runtime::job_definition::JobDefinition;
 use weir::runtime::network::environment::{NetworkConfig, NetworkEnvironment};
 use weir::runtime::network::frame::RunId;
@@ -21,7 +22,7 @@ use weir::runtime::task::TaskControl;
 use weir::{JobExecutionResult, JobStatus, WeirError};
 
 use crate::config::ClusterConfig;
-use crate::convert::{decode, run_of};
+use crate::convert::{decode, encode, run_of};
 use crate::error::ClusterError;
 use crate::proto;
 use crate::proto::job_manager_message::Body as In;
@@ -52,6 +53,8 @@ struct TaskManager {
     /// The newest JobManager epoch seen: messages from older ones are stale.
     epoch: u64,
     run: Option<TaskManagerRun>,
+    /// The metrics of the tasks here, sent to the JobManager with each heartbeat.
+    metrics: Arc<MetricRegistry>,
 }
 
 /// Runs as a TaskManager of `job`'s cluster until the JobManager says the job ended;
@@ -96,6 +99,7 @@ pub fn run_taskmanager(
         data_address,
         epoch: 0,
         run: None,
+        metrics: Arc::new(MetricRegistry::new()),
     };
     tracing::info!(id = %config.taskmanager_id, data = %data_address, jobmanager = %config.jobmanager_address, "TaskManager starting");
     let (status, error) = runtime.block_on(taskmanager.serve())?;
@@ -262,6 +266,7 @@ impl TaskManager {
             let tx = tx.clone();
             let interval = heartbeat_interval;
             let epoch = self.epoch;
+            let metrics = self.metrics.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
                 loop {
@@ -273,6 +278,20 @@ impl TaskManager {
                         })),
                     };
                     if tx.send(beat).is_err() {
+                        return;
+                    }
+                    let samples = metrics.sample();
+                    if samples.is_empty() {
+                        continue;
+                    }
+                    let Ok(samples) = encode("metrics", &samples) else {
+                        continue;
+                    };
+                    let report = proto::TaskManagerMessage {
+                        epoch,
+                        body: Some(Out::Metrics(proto::Metrics { samples })),
+                    };
+                    if tx.send(report).is_err() {
                         return;
                     }
                 }
@@ -332,9 +351,10 @@ impl TaskManager {
                     self.storage.clone(),
                     self.epoch,
                     tx.clone(),
+                    self.metrics.clone(),
                 );
                 let outcome = tokio::task::spawn_blocking(move || {
-                    let (job, network, storage, epoch, outbound) = context;
+                    let (job, network, storage, epoch, outbound, metrics) = context;
                     let job = job.lock().unwrap_or_else(|p| p.into_inner());
                     TaskManagerRun::deploy(
                         DeployContext {
@@ -343,6 +363,7 @@ impl TaskManager {
                             storage: storage.as_ref(),
                             epoch,
                             outbound,
+                            metrics: &metrics,
                         },
                         deploy,
                     )

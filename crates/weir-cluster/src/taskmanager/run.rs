@@ -12,8 +12,9 @@ use weir::checkpoint::storage::CheckpointStorage;
 use weir::connectors::source::ReaderEvent;
 use weir::graph::execution_graph::SubtaskRef;
 use weir::graph::ids::NodeId;
+use weir::metrics::MetricRegistry;
 use weir::runtime::channel::cancel_pair;
-use weir::runtime::deployment::{deploy_tasks, DeployError, RestorePoint};
+use weir::runtime::deployment::{deploy_tasks, DeployError, RestorePoint, TaskDeployment};
 use weir::runtime::job_definition::JobDefinition;
 use weir::runtime::network::environment::{NetworkEnvironment, RunConnections};
 use weir::runtime::network::frame::RunId;
@@ -71,6 +72,8 @@ pub struct DeployContext<'a> {
     pub epoch: u64,
     /// The session's line to the JobManager.
     pub outbound: UnboundedSender<proto::TaskManagerMessage>,
+    /// Where the tasks' metrics are registered.
+    pub metrics: &'a MetricRegistry,
 }
 
 impl TaskManagerRun {
@@ -165,12 +168,16 @@ impl TaskManagerRun {
         }
         let transport = NetworkTransport::new(&me, &placement, &connections);
         let tasks = deploy_tasks(
-            job,
-            &transport,
-            &cancel,
-            context.storage,
-            restore.as_ref(),
-            &fencing,
+            TaskDeployment {
+                job,
+                transport: &transport,
+                cancel: &cancel,
+                storage: context.storage,
+                restore: restore.as_ref(),
+                fencing: &fencing,
+                metrics: context.metrics,
+                attempt: run.attempt,
+            },
             &mut endpoints,
         );
         let tasks = match tasks {

@@ -92,10 +92,14 @@ impl<T: serde::Serialize> ChannelSender<T> {
                 Err(TrySendError::Disconnected(_)) => {
                     Err(TaskError::ChannelClosed { peer: "downstream" })
                 }
-                Err(TrySendError::Full(element)) => select! {
-                    send(tx, element) -> sent => sent.map_err(|_| TaskError::ChannelClosed { peer: "downstream" }),
-                    recv(cancel.receiver()) -> _ => Err(TaskError::Cancelled),
-                },
+                Err(TrySendError::Full(element)) => {
+                    crate::metrics::CurrentTask::backpressured(|| {
+                        select! {
+                            send(tx, element) -> sent => sent.map_err(|_| TaskError::ChannelClosed { peer: "downstream" }),
+                            recv(cancel.receiver()) -> _ => Err(TaskError::Cancelled),
+                        }
+                    })
+                }
             },
             SenderKind::Remote(remote) => remote.send(&element, cancel),
         }

@@ -10,6 +10,7 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
+use crate::metrics::{MetricRegistry, TaskMetrics};
 use crate::runtime::chain::{ChainedNode, OperatorChain, SideOutputs};
 use crate::runtime::channel::CancelToken;
 use crate::runtime::job_definition::JobDefinition;
@@ -33,8 +34,37 @@ pub struct RestorePoint {
     pub assignment: RestoreAssignment,
 }
 
-/// A task created but not started: its subtask, name and body.
-pub type DeployedTask = (SubtaskRef, String, Box<dyn Invokable>);
+/// A task created but not started.
+pub struct DeployedTask {
+    /// Its subtask.
+    pub task: SubtaskRef,
+    /// Its name, `chain (i/p)`.
+    pub name: String,
+    /// What it runs.
+    pub body: Box<dyn Invokable>,
+    /// Its live metrics, registered in the process's registry.
+    pub metrics: Arc<TaskMetrics>,
+}
+
+/// Where a run's tasks are created and what they share.
+pub struct TaskDeployment<'a> {
+    /// The job.
+    pub job: &'a JobDefinition,
+    /// Which channels are in this process, and how the others are reached.
+    pub transport: &'a dyn Transport,
+    /// The run's cancellation signal.
+    pub cancel: &'a CancelToken,
+    /// Where snapshots go.
+    pub storage: Option<&'a Arc<dyn CheckpointStorage>>,
+    /// The state to start from.
+    pub restore: Option<&'a RestorePoint>,
+    /// The JobManager's fencing token.
+    pub fencing: &'a FencingToken,
+    /// Where the tasks' metrics are registered.
+    pub metrics: &'a MetricRegistry,
+    /// The run's attempt number.
+    pub attempt: u64,
+}
 
 /// A source's coordinator (split enumerator), created but not started, and the endpoints of
 /// its readers, by subtask.
@@ -172,12 +202,16 @@ pub fn deploy(
         coordinators.push((c.node, c.name, c.runner));
     }
     let tasks = deploy_tasks(
-        job,
-        &crate::runtime::transport::LocalTransport,
-        cancel,
-        storage,
-        restore,
-        fencing,
+        TaskDeployment {
+            job,
+            transport: &crate::runtime::transport::LocalTransport,
+            cancel,
+            storage,
+            restore,
+            fencing,
+            metrics: &MetricRegistry::new(),
+            attempt: 0,
+        },
         &mut endpoints,
     )?;
     Ok(Deployment {
@@ -228,14 +262,19 @@ pub fn create_coordinators(
 /// restoring from `restore` if given. A source task takes its reader's endpoint out of
 /// `endpoints` (by source node, then subtask).
 pub fn deploy_tasks(
-    job: &JobDefinition,
-    transport: &dyn Transport,
-    cancel: &CancelToken,
-    storage: Option<&Arc<dyn CheckpointStorage>>,
-    restore: Option<&RestorePoint>,
-    fencing: &FencingToken,
+    deployment: TaskDeployment<'_>,
     endpoints: &mut HashMap<NodeId, Vec<Option<ReaderEndpoint>>>,
 ) -> Result<Vec<DeployedTask>, DeployError> {
+    let TaskDeployment {
+        job,
+        transport,
+        cancel,
+        storage,
+        restore,
+        fencing,
+        metrics,
+        attempt,
+    } = deployment;
     let plan = &job.plan;
     let (sg, jg, eg) = (&plan.stream_graph, &plan.job_graph, &plan.execution_graph);
     let config = &job.config;
@@ -269,6 +308,7 @@ pub fn deploy_tasks(
     let mut tasks = Vec::new();
     for ev in eg.vertices.iter().filter(|v| transport.runs_here(v.id)) {
         let vertex = &jg.vertices[ev.id.vertex.index()];
+        let task_metrics = metrics.register_task(ev.id, ev.name.clone(), attempt, vertex.is_source);
         // The chain's operators in the vertex's (topological) order, then its record
         // writers: every node's successors come after it.
         let mut nodes: Vec<Box<dyn ChainedNode>> = Vec::new();
@@ -297,6 +337,7 @@ pub fn deploy_tasks(
                 restored,
                 fencing: fencing.clone(),
                 restored_from: restore.map(|r| r.checkpoint_id),
+                metrics: task_metrics.operator(node_id, &node.name),
             };
             let subtask_display = SubtaskDisplay {
                 index: ev.id.subtask,
@@ -354,6 +395,7 @@ pub fn deploy_tasks(
                                 producer_subtask: ev.id.subtask,
                                 batch_size: config.buffer_size,
                                 cancel: cancel.clone(),
+                                metrics: Some(task_metrics.clone()),
                             },
                         )
                         .map_err(WeirError::Internal)?;
@@ -427,7 +469,12 @@ pub fn deploy_tasks(
                     .map_err(WeirError::Internal)?
             }
         };
-        tasks.push((ev.id, ev.name.clone(), body));
+        tasks.push(DeployedTask {
+            task: ev.id,
+            name: ev.name.clone(),
+            body,
+            metrics: task_metrics,
+        });
     }
     Ok(tasks)
 }

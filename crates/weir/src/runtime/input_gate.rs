@@ -4,8 +4,12 @@
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use crate::error::TaskError;
+use crate::metrics::CurrentTask;
 use crate::runtime::channel::{CancelToken, ChannelReceiver};
 use crate::runtime::stream_element::StreamElement;
+
+/// How many elements a gate hands out between two publications of its queue length.
+const QUEUE_SAMPLE_EVERY: u32 = 64;
 
 /// What a blocking read of the gate yields.
 #[derive(Debug, PartialEq)]
@@ -36,6 +40,8 @@ pub struct InputGate<T> {
     next: usize,
     open: usize,
     cancel: CancelToken,
+    /// Elements taken since the input queue length was last published.
+    since_published: u32,
 }
 
 impl<T> InputGate<T> {
@@ -54,6 +60,7 @@ impl<T> InputGate<T> {
             next: 0,
             open,
             cancel,
+            since_published: 0,
         }
     }
 
@@ -96,6 +103,14 @@ impl<T> InputGate<T> {
         self.channels.iter_mut().for_each(|c| c.blocked = false);
     }
 
+    /// Publishes how many elements wait in the gate's channels (`inputQueueLength`).
+    #[cold]
+    fn publish_queue_length(&mut self) {
+        self.since_published = 0;
+        let queued: usize = self.channels.iter().map(|c| c.receiver.rx.len()).sum();
+        CurrentTask::set_input_queue(queued);
+    }
+
     /// The next element of a readable channel, if one is ready now. Channels are visited
     /// round-robin so that no input starves another.
     pub fn poll(&mut self) -> Result<Option<(usize, StreamElement<T>)>, TaskError> {
@@ -110,6 +125,10 @@ impl<T> InputGate<T> {
                 Ok(element) => {
                     channel.receiver.consumed();
                     self.next = (i + 1) % n;
+                    self.since_published += 1;
+                    if self.since_published == QUEUE_SAMPLE_EVERY {
+                        self.publish_queue_length();
+                    }
                     return Ok(Some((i, element)));
                 }
                 Err(TryRecvError::Empty) => {}
@@ -152,6 +171,8 @@ impl<T> InputGate<T> {
         if let Some((channel, element)) = self.poll()? {
             return Ok(GateNext::Element(channel, element));
         }
+        // Nothing is queued: the task waits for input.
+        CurrentTask::set_input_queue(0);
         let readable: Vec<usize> = (0..self.channels.len())
             .filter(|&i| self.channels[i].is_readable())
             .collect();
@@ -162,8 +183,8 @@ impl<T> InputGate<T> {
             select.recv(&self.channels[i].receiver.rx);
         }
         let operation = match deadline {
-            None => select.select(),
-            Some(deadline) => match select.select_deadline(deadline) {
+            None => CurrentTask::idle(|| select.select()),
+            Some(deadline) => match CurrentTask::idle(|| select.select_deadline(deadline)) {
                 Ok(operation) => operation,
                 Err(_) => return Ok(GateNext::Timeout),
             },

@@ -12,8 +12,9 @@ use crossbeam_channel::Sender;
 use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::error::WeirError;
+use crate::graph::explain::ExecutionPlan;
 use crate::runtime::job_definition::JobDefinition;
-use crate::runtime::job_master::{JobCommand, JobMaster};
+use crate::runtime::job_master::{JobCommand, JobDetails, JobMaster, JobView};
 use crate::runtime::job_result::JobExecutionResult;
 use crate::runtime::stream_element::StopMode;
 use crate::runtime::task_executors::{LocalTaskExecutors, TaskExecutors};
@@ -42,7 +43,7 @@ pub struct MiniCluster;
 impl MiniCluster {
     /// Starts `job` on its own job manager thread and returns its client.
     pub fn submit(job: JobDefinition) -> Result<JobClient, WeirError> {
-        Self::submit_with(job, Box::new(LocalTaskExecutors))
+        Self::submit_with(job, Box::new(LocalTaskExecutors::new()))
     }
 
     /// Starts `job` on its own job manager thread, its tasks running on `executors` (for a
@@ -53,7 +54,9 @@ impl MiniCluster {
     ) -> Result<JobClient, WeirError> {
         let job_name = job.plan.stream_graph.job_name.clone();
         let (commands, inbox) = crossbeam_channel::unbounded();
+        let plan = std::sync::Arc::new(job.plan.clone());
         let master = JobMaster::new(job, inbox, executors)?;
+        let view = master.view();
         let handle = std::thread::Builder::new()
             .name(format!("jobmanager {job_name}"))
             .spawn(move || master.run())
@@ -63,6 +66,8 @@ impl MiniCluster {
             })?;
         Ok(JobClient {
             job_name,
+            view,
+            plan,
             commands,
             handle: Mutex::new(Some(handle)),
         })
@@ -90,6 +95,10 @@ impl MiniCluster {
 /// ```
 pub struct JobClient {
     job_name: String,
+    /// Where the JobManager publishes the job's details.
+    view: JobView,
+    /// The job's four graph layers.
+    plan: std::sync::Arc<ExecutionPlan>,
     commands: Sender<JobCommand>,
     /// The job manager's thread, until its result is taken.
     handle: Mutex<Option<JoinHandle<Result<JobExecutionResult, WeirError>>>>,
@@ -109,6 +118,22 @@ impl JobClient {
     /// The job's name.
     pub fn job_name(&self) -> &str {
         &self.job_name
+    }
+
+    /// The job's id: 32 hex digits, fresh per submission (Flink's `JobID`).
+    pub fn job_id(&self) -> String {
+        self.view.latest().job_id.clone()
+    }
+
+    /// The job's latest details as its JobManager published them: state, vertices with
+    /// their live metrics, checkpoints, exceptions. They stay readable after the job ends.
+    pub fn details(&self) -> std::sync::Arc<JobDetails> {
+        self.view.latest()
+    }
+
+    /// The job's four graph layers.
+    pub fn plan(&self) -> &ExecutionPlan {
+        &self.plan
     }
 
     /// Takes a savepoint and returns it once it is complete.

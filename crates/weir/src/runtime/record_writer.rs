@@ -5,6 +5,7 @@ use std::any::{Any, TypeId};
 use std::sync::Arc;
 
 use crate::error::TaskError;
+use crate::metrics::TaskMetrics;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::{ChainTail, ChainedNode};
@@ -44,6 +45,10 @@ pub struct RecordWriter<T> {
     selector: ChannelSelector<T>,
     batch_size: usize,
     cancel: CancelToken,
+    /// The task's metrics (records sent, output queue), if it has any.
+    metrics: Option<Arc<TaskMetrics>>,
+    /// Per channel, its queue length as last added to the task's output-queue gauge.
+    queued: Vec<i64>,
 }
 
 impl<T: Record> RecordWriter<T> {
@@ -59,12 +64,20 @@ impl<T: Record> RecordWriter<T> {
             .map(|_| RecordBatch::with_capacity(batch_size))
             .collect();
         Self {
+            queued: vec![0; channels.len()],
             channels,
             buffers,
             selector,
             batch_size,
             cancel,
+            metrics: None,
         }
+    }
+
+    /// Counts what the writer sends in `metrics`: records, and the output queue.
+    pub fn with_metrics(mut self, metrics: Option<Arc<TaskMetrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     #[inline]
@@ -85,7 +98,17 @@ impl<T: Record> RecordWriter<T> {
             &mut self.buffers[channel],
             RecordBatch::with_capacity(self.batch_size),
         );
-        self.channels[channel].send(StreamElement::Records(batch), &self.cancel)
+        let records = batch.len() as u64;
+        self.channels[channel].send(StreamElement::Records(batch), &self.cancel)?;
+        if let Some(metrics) = &self.metrics {
+            metrics.records_out.inc_by(records);
+            // One channel's queue per batch: the gauge is the sum of every channel's last
+            // known length, kept up to date by deltas.
+            let queued = self.channels[channel].queued() as i64;
+            metrics.output_queue.add(queued - self.queued[channel]);
+            self.queued[channel] = queued;
+        }
+        Ok(())
     }
 }
 

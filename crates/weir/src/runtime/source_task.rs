@@ -103,6 +103,8 @@ pub struct SourceTask<S: Source> {
     buffer: RecordBatch<S::Output>,
     buffer_timeout: Duration,
     records_out: u64,
+    /// The source's live metrics.
+    live: crate::metrics::OperatorMetricGroup,
     /// What the reader counts of malformed records.
     malformed: MalformedRecordCounters,
     /// The stop-with-savepoint barrier just emitted: the reader reads nothing more until the
@@ -141,6 +143,7 @@ impl<S: Source> SourceTask<S> {
             self.chain.emit_watermark_status(status)?;
         }
         if let Some(watermark) = watermark {
+            self.live.set_watermark(watermark);
             self.chain.process_watermark(watermark)?;
         }
         Ok(())
@@ -156,7 +159,8 @@ impl<S: Source> SourceTask<S> {
         };
         let chain = self
             .chain
-            .entry_output(&mut self.buffer, &mut self.records_out);
+            .entry_output(&mut self.buffer, &mut self.records_out)
+            .counting(&self.live.records_out);
         match &mut self.watermarks {
             None => {
                 let mut output = chain;
@@ -355,17 +359,29 @@ impl<S: Source> SourceTask<S> {
         if let Some(deadline) = self.timer_deadline {
             delay = delay.min(deadline.saturating_duration_since(Instant::now()));
         }
-        select! {
-            recv(self.endpoint.messages) -> msg => {
+        // The reader has nothing: the source is idle until something arrives.
+        enum Woken {
+            Message(Result<ReaderMessage, crossbeam_channel::RecvError>),
+            Control(Result<TaskControl, crossbeam_channel::RecvError>),
+            Cancelled,
+            Timeout,
+        }
+        let woken = crate::metrics::CurrentTask::idle(|| {
+            select! {
+                recv(self.endpoint.messages) -> msg => Woken::Message(msg),
+                recv(env.control) -> control => Woken::Control(control),
+                recv(env.cancel.receiver()) -> _ => Woken::Cancelled,
+                default(delay) => Woken::Timeout,
+            }
+        });
+        match woken {
+            Woken::Message(msg) => {
                 let message = msg.map_err(|_| coordinator_gone(env))?;
                 self.on_message(message, env)
             }
-            recv(env.control) -> control => match control {
-                Ok(control) => self.on_control(control),
-                Err(_) => Err(TaskError::Cancelled),
-            },
-            recv(env.cancel.receiver()) -> _ => Err(TaskError::Cancelled),
-            default(delay) => Ok(()),
+            Woken::Control(Ok(control)) => self.on_control(control),
+            Woken::Control(Err(_)) | Woken::Cancelled => Err(TaskError::Cancelled),
+            Woken::Timeout => Ok(()),
         }
     }
 }
@@ -693,6 +709,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             buffer: RecordBatch::default(),
             buffer_timeout: setup.config.buffer_timeout,
             records_out: 0,
+            live: setup.metrics.clone(),
             malformed,
             stop_at: None,
             aborted: BTreeSet::new(),

@@ -36,6 +36,8 @@ pub struct WriterSpec<'a> {
     pub batch_size: usize,
     /// The job's cancellation signal.
     pub cancel: CancelToken,
+    /// The producing task's metrics.
+    pub metrics: Option<Arc<crate::metrics::TaskMetrics>>,
 }
 
 /// Typed factory methods for the records a node emits.
@@ -127,12 +129,10 @@ impl<T: Record> StreamType for TypeOf<T> {
                 }
             }
         };
-        Ok(Box::new(RecordWriter::new(
-            senders,
-            selector,
-            spec.batch_size,
-            spec.cancel,
-        )))
+        Ok(Box::new(
+            RecordWriter::new(senders, selector, spec.batch_size, spec.cancel)
+                .with_metrics(spec.metrics),
+        ))
     }
 
     fn side_output_slot(&self, tag: Arc<str>, successors: Vec<usize>) -> SideOutputSlot {

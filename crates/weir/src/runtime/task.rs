@@ -47,6 +47,8 @@ pub struct TaskEnvironment {
     /// Snapshot threads started by this task; joined before the task reports its end, so
     /// that its acknowledgements always arrive before its end.
     pub snapshot_threads: std::cell::RefCell<Vec<std::thread::JoinHandle<()>>>,
+    /// The task's live metrics; its thread's blocking waits are charged to them.
+    pub metrics: Arc<crate::metrics::TaskMetrics>,
 }
 
 impl TaskEnvironment {
@@ -95,6 +97,8 @@ pub struct OperatorSetup {
     pub fencing: crate::checkpoint::fencing::FencingToken,
     /// The checkpoint the job was restored from (`None`: empty state).
     pub restored_from: Option<u64>,
+    /// The operator's live metrics, and where its code registers its own.
+    pub metrics: crate::metrics::OperatorMetricGroup,
 }
 
 #[cfg(test)]
@@ -117,6 +121,7 @@ impl OperatorSetup {
             restored: None,
             fencing: crate::checkpoint::fencing::FencingToken::unfenced("test"),
             restored_from: None,
+            metrics: crate::metrics::OperatorMetricGroup::detached(NodeId(node), name),
         }
     }
 }
@@ -223,7 +228,14 @@ pub enum DeployFailureKind {
 /// user functions, which are guarded individually) is reported as a failure too.
 pub fn run_task(mut body: Box<dyn Invokable>, env: TaskEnvironment) {
     let task = env.task;
+    let charged = crate::metrics::CurrentTask::enter(env.metrics.clone());
     let outcome = catch_unwind(AssertUnwindSafe(|| body.invoke(&env)));
+    drop(charged);
+    env.metrics.set_ended(match &outcome {
+        Ok(Ok(())) => crate::metrics::TaskOutcome::Finished,
+        Ok(Err(e)) if e.is_secondary() => crate::metrics::TaskOutcome::Canceled,
+        _ => crate::metrics::TaskOutcome::Failed,
+    });
     for thread in env.snapshot_threads.borrow_mut().drain(..) {
         let _ = thread.join();
     }

@@ -15,8 +15,11 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::WeirError;
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
+use crate::metrics::{MetricRegistry, SubtaskSample};
 use crate::runtime::channel::{cancel_pair, CancelHandle, CancelToken};
-use crate::runtime::deployment::{deploy_tasks, DeployError, DeployedTask, RestorePoint};
+use crate::runtime::deployment::{
+    deploy_tasks, DeployError, DeployedTask, RestorePoint, TaskDeployment,
+};
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::network::frame::RunId;
 use crate::runtime::source_task::ReaderEndpoint;
@@ -70,6 +73,11 @@ pub trait TaskExecutors: Send {
         None
     }
 
+    /// The latest metrics of the tasks, by TaskManager (`None`: this process).
+    fn sample_metrics(&self) -> Vec<(Option<String>, Vec<SubtaskSample>)> {
+        Vec::new()
+    }
+
     /// Deploys and starts every task of a run. Returns once every task is deployed; an error
     /// leaves nothing of the run running.
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError>;
@@ -91,20 +99,37 @@ pub trait DeployedRun: Send {
 }
 
 /// Tasks on threads of this process: the TaskManager of the local mini-cluster.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LocalTaskExecutors;
+#[derive(Debug, Default, Clone)]
+pub struct LocalTaskExecutors {
+    metrics: Arc<MetricRegistry>,
+}
+
+impl LocalTaskExecutors {
+    /// Executors whose tasks register their metrics in a registry of their own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
 
 impl TaskExecutors for LocalTaskExecutors {
+    fn sample_metrics(&self) -> Vec<(Option<String>, Vec<SubtaskSample>)> {
+        vec![(None, self.metrics.sample())]
+    }
+
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
         let (handle, cancel) = cancel_pair();
         let mut readers = request.readers;
         let tasks = deploy_tasks(
-            request.job,
-            &LocalTransport,
-            &cancel,
-            request.storage,
-            request.restore,
-            request.fencing,
+            TaskDeployment {
+                job: request.job,
+                transport: &LocalTransport,
+                cancel: &cancel,
+                storage: request.storage,
+                restore: request.restore,
+                fencing: request.fencing,
+                metrics: &self.metrics,
+                attempt: request.run.attempt,
+            },
             &mut readers,
         )?;
         let run = start_tasks(
@@ -184,7 +209,13 @@ pub fn start_tasks(
     };
     let mode = job.config.checkpoint.mode;
     let checkpointing = job.config.checkpoint.interval.is_some();
-    for (task, name, body) in tasks {
+    for DeployedTask {
+        task,
+        name,
+        body,
+        metrics,
+    } in tasks
+    {
         let (control_tx, control) = crossbeam_channel::unbounded();
         run.controls.insert(task, control_tx);
         let env = TaskEnvironment {
@@ -197,6 +228,7 @@ pub fn start_tasks(
             checkpointing,
             cancel: cancel.clone(),
             snapshot_threads: std::cell::RefCell::new(Vec::new()),
+            metrics,
         };
         let thread = std::thread::Builder::new()
             .name(name.clone())

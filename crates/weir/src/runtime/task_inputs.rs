@@ -208,12 +208,15 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
         for (_, rx) in &second {
             select.recv(rx);
         }
+        crate::metrics::CurrentTask::set_input_queue(0);
         let operation = match deadline {
-            None => select.select(),
-            Some(deadline) => match select.select_deadline(deadline) {
-                Ok(operation) => operation,
-                Err(_) => return Ok(GateNext::Timeout),
-            },
+            None => crate::metrics::CurrentTask::idle(|| select.select()),
+            Some(deadline) => {
+                match crate::metrics::CurrentTask::idle(|| select.select_deadline(deadline)) {
+                    Ok(operation) => operation,
+                    Err(_) => return Ok(GateNext::Timeout),
+                }
+            }
         };
         // Select indices follow insertion order: cancel, side, the first input's channels,
         // then the second's.

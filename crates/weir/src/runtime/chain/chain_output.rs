@@ -2,6 +2,7 @@
 //! to the node's successors, by direct call, when it is full, before a watermark, and when
 //! the node's call returns — so between two calls of the task no record waits in a chain.
 
+use crate::metrics::Counter;
 use std::any::Any;
 
 use super::{ChainTail, ChainedNode, SideOutputs};
@@ -23,6 +24,8 @@ pub struct ChainOutput<'a, T> {
     successors: &'a [usize],
     rest: &'a mut ChainTail,
     records_out: &'a mut u64,
+    /// The live counter of what the operator emits, published once per batch.
+    live_out: Option<&'a Counter>,
     batch_size: usize,
 }
 
@@ -76,8 +79,15 @@ impl<'a, T: Record> ChainOutput<'a, T> {
             successors,
             rest,
             records_out,
+            live_out: None,
             batch_size,
         }
+    }
+
+    /// The same output, also counting what it emits in the live counter `live_out`.
+    pub fn counting(mut self, live_out: &'a Counter) -> Self {
+        self.live_out = Some(live_out);
+        self
     }
 
     /// The same output, with side outputs.
@@ -156,6 +166,9 @@ impl<'a, T: Record> ChainOutput<'a, T> {
             return Ok(());
         }
         *self.records_out += self.buffer.len() as u64;
+        if let Some(live) = self.live_out {
+            live.inc_by(self.buffer.len() as u64);
+        }
         forward_batch(self.successors, self.rest, self.buffer)
     }
 

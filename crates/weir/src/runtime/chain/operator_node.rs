@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::{ChainOutput, ChainTail, ChainedNode, SideOutputs};
 use crate::error::TaskError;
 use crate::graph::ids::NodeId;
+use crate::metrics::OperatorMetricGroup;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
 use crate::runtime::operators::{OneInputStreamOperator, TwoInputStreamOperator};
@@ -32,6 +33,8 @@ struct NodeCore<O> {
     /// The last watermark the operator received.
     watermark: Watermark,
     batch_size: usize,
+    /// The live metrics, updated once per batch.
+    live: OperatorMetricGroup,
 }
 
 impl<O> NodeCore<O> {
@@ -47,6 +50,7 @@ impl<O> NodeCore<O> {
             records_out: 0,
             watermark: Watermark::MIN,
             batch_size: setup.config.buffer_size.max(1),
+            live: setup.metrics.clone(),
         }
     }
 
@@ -73,6 +77,7 @@ impl<O> NodeCore<O> {
             TaskError::Internal(format!("`{}` received records of another type", self.name))
         })?;
         self.records_in += batch.len() as u64;
+        self.live.records_in.inc_by(batch.len() as u64);
         Ok(batch)
     }
 }
@@ -89,6 +94,7 @@ macro_rules! operator_and_output {
                 &mut $self.core.records_out,
                 $self.core.batch_size,
             )
+            .counting(&$self.core.live.records_out)
             .with_side_outputs(&mut $self.core.side),
         )
     };
@@ -142,6 +148,7 @@ macro_rules! operator_hooks {
             rest: &mut ChainTail,
         ) -> Result<(), TaskError> {
             self.core.watermark = watermark;
+            self.core.live.set_watermark(watermark);
             let (operator, mut out) = operator_and_output!(self, rest);
             operator.process_watermark(watermark, &mut out)?;
             out.flush()

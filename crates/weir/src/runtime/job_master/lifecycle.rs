@@ -138,9 +138,19 @@ impl JobMaster {
                 problem,
             } => {
                 self.fail_pending("a state file is damaged");
+                self.record_exception(
+                    &WeirError::Restore {
+                        checkpoint_id: id,
+                        reason: problem.clone(),
+                    },
+                    true,
+                );
                 self.fall_back_from(id, location, problem);
             }
-            AttemptEnd::Fatal(error) => self.finish_failed(error),
+            AttemptEnd::Fatal(error) => {
+                self.record_exception(&error, false);
+                self.finish_failed(error)
+            }
             AttemptEnd::Failed(error) => {
                 self.fail_pending("job failed");
                 if let WeirError::Fenced(fenced) = &error {
@@ -151,7 +161,9 @@ impl JobMaster {
                         return;
                     }
                 }
-                match self.restart.on_failure(self.clock.now()) {
+                let restart = self.restart.on_failure(self.clock.now());
+                self.record_exception(&error, restart.is_some());
+                match restart {
                     Some(delay) => {
                         tracing::warn!(job = %self.job_name(), %error, ?delay,
                             restarts = self.restart.restarts(), "job failed; restarting");

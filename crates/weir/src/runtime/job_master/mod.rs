@@ -21,6 +21,7 @@
 mod attempt;
 mod checkpointing;
 pub mod clock;
+pub mod details;
 mod lifecycle;
 pub mod phase;
 mod restore_points;
@@ -44,6 +45,7 @@ use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::stats::CheckpointHistory;
 use crate::checkpoint::storage::{create_storage, CheckpointStorage};
 use crate::error::WeirError;
+use crate::metrics::MetricStore;
 use crate::runtime::deployment::RestorePoint;
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary};
@@ -54,6 +56,7 @@ use crate::time::Watermark;
 
 use attempt::Attempt;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use details::{ExceptionEntry, JobDetails, JobState, JobView, VertexDetails};
 pub use phase::JobPhase;
 use restore_points::ResolveContext;
 use store_io::{StoreContext, StoreIo};
@@ -132,6 +135,35 @@ pub struct JobMaster {
     /// The result, once the job is over.
     outcome: Option<Result<JobExecutionResult, WeirError>>,
     started: Instant,
+    /// The job's id (Flink's `JobID`: 32 hex digits), fresh per submission.
+    job_id: String,
+    /// When the job started, in milliseconds since the Unix epoch.
+    start_time: u64,
+    /// Recent failures, for the exception history.
+    exceptions: details::ExceptionHistory,
+    /// The tasks' latest metrics and the rates derived from them.
+    metric_store: MetricStore,
+    /// When the tasks' metrics are sampled next.
+    next_sample: Instant,
+    /// Where the job's details are published.
+    view: JobView,
+    /// What the last published details showed.
+    published: details::Published,
+}
+
+/// A fresh job id: 32 hex digits, as Flink's `JobID`.
+fn new_job_id(job_name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SUBMITTED: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!(
+        "{job_name}/{nanos}/{}/{}",
+        std::process::id(),
+        SUBMITTED.fetch_add(1, Ordering::Relaxed)
+    );
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(seed.as_bytes()))
 }
 
 /// Where the job starts, as read from storage before the loop runs.
@@ -337,7 +369,20 @@ impl JobMaster {
         let now = clock.now();
         let config = &job.config;
         executors.on_job_epoch(start.fencing.epoch());
-        Ok(Self {
+        let job_id = new_job_id(&job.plan.stream_graph.job_name);
+        let view = JobView::new(JobDetails {
+            job_id: job_id.clone(),
+            name: job.plan.stream_graph.job_name.clone(),
+            state: JobState::Created,
+            start_time: clock.unix_millis(),
+            end_time: None,
+            metrics: Default::default(),
+            vertices: Vec::new(),
+            checkpoints: CheckpointHistory::new(0),
+            exceptions: Vec::new(),
+            throughput: Vec::new(),
+        });
+        let mut master = Self {
             coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), start.first_id, now),
             restart: RestartBackoff::new(config.effective_restart_strategy(), clock.unix_millis()),
             resolve: resolve_context(&job, &start.storage_description, start.explicit_restore),
@@ -361,11 +406,25 @@ impl JobMaster {
             failed: None,
             outcome: None,
             started: now,
+            start_time: clock.unix_millis(),
+            job_id,
+            exceptions: Default::default(),
+            metric_store: MetricStore::new(),
+            next_sample: now,
+            view,
+            published: Default::default(),
             commands,
             clock,
             io,
             job,
-        })
+        };
+        master.publish_details(true);
+        Ok(master)
+    }
+
+    /// Where the job's details are published.
+    pub fn view(&self) -> JobView {
+        self.view.clone()
     }
 
     fn job_name(&self) -> &str {
@@ -388,7 +447,13 @@ impl JobMaster {
         loop {
             if let Some(outcome) = self.outcome.take() {
                 self.io.drain();
-                return outcome;
+                // The last word on the job: its final state and metrics.
+                self.outcome = Some(outcome);
+                self.sample_metrics();
+                self.publish_details(true);
+                return self.outcome.take().unwrap_or_else(|| {
+                    Err(WeirError::Internal("the job's outcome vanished".into()))
+                });
             }
             let wake = self.next_wake();
             self.step(Some(wake));
@@ -435,18 +500,30 @@ impl JobMaster {
             JobPhase::Restarting { due, .. } => Some(*due),
             _ => None,
         };
-        [due, self.coordinator.next_expiry(), restart]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(now + MAX_WAIT)
-            .min(now + MAX_WAIT)
+        [
+            due,
+            self.coordinator.next_expiry(),
+            restart,
+            Some(self.next_sample),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now + MAX_WAIT)
+        .min(now + MAX_WAIT)
     }
 
     /// Looks at everything time decides: checkpoint triggers and timeouts, the restart
     /// back-off, the wait for slots, and whether the run's tasks have all ended.
     fn on_timers(&mut self) {
         let now = self.clock.now();
+        if now >= self.next_sample {
+            self.next_sample = now + self.job.config.metrics_update_interval;
+            self.sample_metrics();
+            self.publish_details(true);
+        } else {
+            self.publish_details(false);
+        }
         match self.phase {
             JobPhase::Restarting {
                 due,

@@ -115,10 +115,12 @@ impl RemoteSender {
         match self.credits.try_recv() {
             Ok(()) => {}
             Err(TryRecvError::Disconnected) => return Err(self.link.lost()),
-            Err(TryRecvError::Empty) => select! {
-                recv(self.credits) -> credit => credit.map_err(|_| self.link.lost())?,
-                recv(cancel.receiver()) -> _ => return Err(TaskError::Cancelled),
-            },
+            Err(TryRecvError::Empty) => crate::metrics::CurrentTask::backpressured(|| {
+                select! {
+                    recv(self.credits) -> credit => credit.map_err(|_| self.link.lost()),
+                    recv(cancel.receiver()) -> _ => Err(TaskError::Cancelled),
+                }
+            })?,
         }
         let frame = data_frame(self.channel, element).map_err(|e| {
             TaskError::User(
@@ -145,6 +147,7 @@ impl RemoteSender {
                 .into(),
             ));
         }
+        crate::metrics::CurrentTask::sent_bytes(frame.len());
         self.out
             .send(Outbound::Data(frame))
             .map_err(|_| self.link.lost())

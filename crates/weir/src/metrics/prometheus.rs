@@ -1,0 +1,465 @@
+//! Prometheus text exposition of a job's metrics, encoded by the `prometheus-client` crate
+//! from the JobManager's [`MetricStore`](super::MetricStore) at each scrape — the
+//! subtasks of every TaskManager in one place, labelled as Flink's `PrometheusReporter`
+//! labels them (`job_id`, `job_name`, `task_name`, `subtask_index`, `operator_name`).
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+
+use super::sample::MetricKind;
+use super::store::StoredSubtask;
+
+/// Job-level metrics, as the JobManager knows them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobMetrics {
+    /// Milliseconds since the job started — Flink's `uptime`.
+    pub uptime_ms: u64,
+    /// Restarts so far — `numRestarts`.
+    pub restarts: u64,
+    /// Completed checkpoints — `numberOfCompletedCheckpoints`.
+    pub completed_checkpoints: u64,
+    /// Failed checkpoints — `numberOfFailedCheckpoints`.
+    pub failed_checkpoints: u64,
+    /// Checkpoints in progress — `numberOfInProgressCheckpoints`.
+    pub in_progress_checkpoints: u64,
+    /// Duration of the last completed checkpoint — `lastCheckpointDuration`.
+    pub last_checkpoint_duration_ms: Option<u64>,
+    /// State size of the last completed checkpoint — `lastCheckpointSize`.
+    pub last_checkpoint_size_bytes: Option<u64>,
+    /// Longest barrier alignment of the last completed checkpoint.
+    pub last_checkpoint_alignment_ms: Option<u64>,
+}
+
+/// What one scrape exposes: a job's own metrics and its subtasks'.
+#[derive(Debug, Clone)]
+pub struct PrometheusExport {
+    /// The job's id.
+    pub job_id: String,
+    /// The job's name.
+    pub job_name: String,
+    /// Job-level values.
+    pub job: JobMetrics,
+    /// Every subtask's latest sample.
+    pub subtasks: Vec<StoredSubtask>,
+}
+
+impl PrometheusExport {
+    /// The metrics in the Prometheus text format (OpenMetrics).
+    pub fn encode(self) -> Result<String, std::fmt::Error> {
+        let mut registry = Registry::with_prefix("weir");
+        registry.register_collector(Box::new(self));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text)
+    }
+
+    fn job_labels(&self) -> Vec<(String, String)> {
+        vec![
+            label("job_id", &self.job_id),
+            label("job_name", &self.job_name),
+        ]
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+/// The values of one user metric name over every operator subtask.
+type UserFamily = (String, MetricKind, Vec<(Labels, f64)>);
+
+/// One metric family: its name, help and per-label-set values.
+struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+    counter: bool,
+    values: Vec<(Labels, f64)>,
+}
+
+impl Family<'_> {
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        if self.values.is_empty() {
+            return Ok(());
+        }
+        if self.counter {
+            let mut family = encoder.encode_descriptor(
+                self.name,
+                self.help,
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (labels, value) in &self.values {
+                ConstCounter::new(*value as u64).encode(family.encode_family(labels)?)?;
+            }
+        } else {
+            let mut family = encoder.encode_descriptor(
+                self.name,
+                self.help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (labels, value) in &self.values {
+                ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Family<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Family").field("name", &self.name).finish()
+    }
+}
+
+impl Collector for PrometheusExport {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let job = self.job_labels();
+        let j = &self.job;
+        let opt = |v: Option<u64>| v.map(|v| vec![(job.clone(), v as f64)]).unwrap_or_default();
+        let job_families = [
+            (
+                "job_uptime",
+                "Milliseconds since the job started.",
+                false,
+                vec![(job.clone(), j.uptime_ms as f64)],
+            ),
+            (
+                "job_numRestarts",
+                "Restarts of the job.",
+                true,
+                vec![(job.clone(), j.restarts as f64)],
+            ),
+            (
+                "job_numberOfCompletedCheckpoints",
+                "Completed checkpoints.",
+                true,
+                vec![(job.clone(), j.completed_checkpoints as f64)],
+            ),
+            (
+                "job_numberOfFailedCheckpoints",
+                "Failed checkpoints.",
+                true,
+                vec![(job.clone(), j.failed_checkpoints as f64)],
+            ),
+            (
+                "job_numberOfInProgressCheckpoints",
+                "Checkpoints in progress.",
+                false,
+                vec![(job.clone(), j.in_progress_checkpoints as f64)],
+            ),
+            (
+                "job_lastCheckpointDuration",
+                "Milliseconds the last completed checkpoint took.",
+                false,
+                opt(j.last_checkpoint_duration_ms),
+            ),
+            (
+                "job_lastCheckpointSize",
+                "Bytes of state in the last completed checkpoint.",
+                false,
+                opt(j.last_checkpoint_size_bytes),
+            ),
+            (
+                "job_lastCheckpointAlignmentTime",
+                "Longest barrier alignment, in milliseconds, of the last completed checkpoint.",
+                false,
+                opt(j.last_checkpoint_alignment_ms),
+            ),
+        ];
+        for (name, help, counter, values) in job_families {
+            Family {
+                name,
+                help,
+                counter,
+                values,
+            }
+            .encode(&mut encoder)?;
+        }
+
+        let task_labels = |s: &StoredSubtask| {
+            let mut labels = job.clone();
+            labels.push(label("task_name", &s.sample.name));
+            labels.push(label("subtask_index", &s.sample.subtask.to_string()));
+            if let Some(tm) = &s.taskmanager {
+                labels.push(label("tm_id", tm));
+            }
+            labels
+        };
+        type Pick = fn(&StoredSubtask) -> f64;
+        let task_families: [(&str, &str, bool, Pick); 14] = [
+            (
+                "task_numRecordsIn",
+                "Records the subtask received.",
+                true,
+                |s| s.sample.records_in as f64,
+            ),
+            (
+                "task_numRecordsOut",
+                "Records the subtask sent downstream.",
+                true,
+                |s| s.sample.records_out as f64,
+            ),
+            (
+                "task_numBytesIn",
+                "Bytes the subtask received over the network.",
+                true,
+                |s| s.sample.bytes_in as f64,
+            ),
+            (
+                "task_numBytesOut",
+                "Bytes the subtask sent over the network.",
+                true,
+                |s| s.sample.bytes_out as f64,
+            ),
+            (
+                "task_numRecordsInPerSecond",
+                "Records received per second.",
+                false,
+                |s| s.rates.records_in_per_second,
+            ),
+            (
+                "task_numRecordsOutPerSecond",
+                "Records sent per second.",
+                false,
+                |s| s.rates.records_out_per_second,
+            ),
+            (
+                "task_busyTimeMsPerSecond",
+                "Milliseconds per second neither idle nor backpressured.",
+                false,
+                |s| s.rates.busy_time_ms_per_second,
+            ),
+            (
+                "task_idleTimeMsPerSecond",
+                "Milliseconds per second waiting for input.",
+                false,
+                |s| s.rates.idle_time_ms_per_second,
+            ),
+            (
+                "task_backPressuredTimeMsPerSecond",
+                "Milliseconds per second waiting for room downstream.",
+                false,
+                |s| s.rates.back_pressured_time_ms_per_second,
+            ),
+            (
+                "task_inputQueueLength",
+                "Elements waiting in the input channels.",
+                false,
+                |s| s.sample.input_queue as f64,
+            ),
+            (
+                "task_outputQueueLength",
+                "Elements waiting in the output channels.",
+                false,
+                |s| s.sample.output_queue as f64,
+            ),
+            (
+                "task_uptime",
+                "Milliseconds the subtask has run.",
+                false,
+                |s| s.sample.uptime_ms as f64,
+            ),
+            (
+                "task_attempt",
+                "The run attempt of the subtask.",
+                false,
+                |s| s.sample.attempt as f64,
+            ),
+            (
+                "task_currentInputWatermark",
+                "The watermark of the chain's head, in milliseconds.",
+                false,
+                |s| s.sample.input_watermark.map_or(f64::NAN, |w| w as f64),
+            ),
+        ];
+        for (name, help, counter, pick) in task_families {
+            let values = self
+                .subtasks
+                .iter()
+                .filter(|s| {
+                    name != "task_currentInputWatermark" || s.sample.input_watermark.is_some()
+                })
+                .map(|s| (task_labels(s), pick(s)))
+                .collect();
+            Family {
+                name,
+                help,
+                counter,
+                values,
+            }
+            .encode(&mut encoder)?;
+        }
+
+        // Operators: the built-in counts, then what their code registered, one family per
+        // name.
+        let mut records_in = Vec::new();
+        let mut records_out = Vec::new();
+        let mut watermarks = Vec::new();
+        let mut user: Vec<UserFamily> = Vec::new();
+        for s in &self.subtasks {
+            for op in &s.sample.operators {
+                let mut labels = task_labels(s);
+                labels.push(label("operator_name", &op.name));
+                records_in.push((labels.clone(), op.records_in as f64));
+                records_out.push((labels.clone(), op.records_out as f64));
+                if let Some(w) = op.watermark {
+                    watermarks.push((labels.clone(), w as f64));
+                }
+                for m in &op.user {
+                    let mut labels = labels.clone();
+                    labels.extend(m.labels.iter().map(|(k, v)| label(k, v)));
+                    let name = sanitize(&m.name);
+                    match user.iter_mut().find(|(n, k, _)| *n == name && *k == m.kind) {
+                        Some((_, _, values)) => values.push((labels, m.value as f64)),
+                        None => user.push((name, m.kind, vec![(labels, m.value as f64)])),
+                    }
+                }
+            }
+        }
+        Family {
+            name: "operator_numRecordsIn",
+            help: "Records the operator received.",
+            counter: true,
+            values: records_in,
+        }
+        .encode(&mut encoder)?;
+        Family {
+            name: "operator_numRecordsOut",
+            help: "Records the operator emitted.",
+            counter: true,
+            values: records_out,
+        }
+        .encode(&mut encoder)?;
+        Family {
+            name: "operator_currentInputWatermark",
+            help: "The operator's last watermark, in milliseconds.",
+            counter: false,
+            values: watermarks,
+        }
+        .encode(&mut encoder)?;
+        for (name, kind, values) in user {
+            let name = format!("operator_{name}");
+            Family {
+                name: &name,
+                help: "Registered by the operator.",
+                counter: kind == MetricKind::Counter,
+                values,
+            }
+            .encode(&mut encoder)?;
+        }
+        Ok(())
+    }
+}
+
+/// A label, its value escaped as the text format requires (the encoder writes values as
+/// they are).
+fn label(key: &str, value: &str) -> (String, String) {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    (sanitize(key), escaped)
+}
+
+/// A metric name Prometheus accepts: letters, digits and underscores.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::sample::{OperatorSample, SubtaskSample, SubtaskState, UserMetricSample};
+    use crate::metrics::store::SubtaskRates;
+
+    #[test]
+    fn exposes_job_task_operator_and_user_metrics_with_labels() {
+        let sample = SubtaskSample {
+            vertex: 0,
+            subtask: 1,
+            name: "Source: numbers -> map (2/2)".into(),
+            attempt: 1,
+            state: SubtaskState::Running,
+            uptime_ms: 1000,
+            records_in: 42,
+            records_out: 40,
+            bytes_in: 0,
+            bytes_out: 0,
+            idle_ms: 0,
+            backpressured_ms: 0,
+            input_queue: 3,
+            output_queue: 0,
+            input_watermark: None,
+            operators: vec![OperatorSample {
+                node: 1,
+                name: "map".into(),
+                records_in: 42,
+                records_out: 40,
+                watermark: Some(7),
+                user: vec![UserMetricSample {
+                    name: "records-lag".into(),
+                    labels: vec![("partition".into(), "0".into())],
+                    kind: MetricKind::Gauge,
+                    value: 12,
+                }],
+            }],
+        };
+        let export = PrometheusExport {
+            job_id: "abc".into(),
+            job_name: "numbers \"quoted\"".into(),
+            job: JobMetrics {
+                restarts: 2,
+                last_checkpoint_duration_ms: Some(15),
+                ..JobMetrics::default()
+            },
+            subtasks: vec![StoredSubtask {
+                sample,
+                rates: SubtaskRates {
+                    records_in_per_second: 42.0,
+                    ..SubtaskRates::default()
+                },
+                taskmanager: None,
+            }],
+        };
+        let text = export.encode().unwrap();
+        assert!(
+            text.contains(
+                "weir_job_numRestarts_total{job_id=\"abc\",job_name=\"numbers \\\"quoted\\\"\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir_job_lastCheckpointDuration{job_id=\"abc\""),
+            "{text}"
+        );
+        assert!(!text.contains("weir_job_lastCheckpointSize"), "{text}");
+        assert!(text.contains("weir_task_numRecordsIn_total{job_id=\"abc\",job_name=\"numbers \\\"quoted\\\"\",task_name=\"Source: numbers -> map (2/2)\",subtask_index=\"1\"} 42"), "{text}");
+        assert!(text.contains("weir_task_inputQueueLength{"), "{text}");
+        assert!(!text.contains("weir_task_currentInputWatermark"), "{text}");
+        assert!(
+            text.contains("weir_operator_currentInputWatermark{"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir_operator_records_lag{") && text.contains("partition=\"0\"} 12"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

@@ -1,0 +1,193 @@
+//! Live metrics against running jobs: what is counted equals what was processed, and
+//! backpressure shows where a slow operator holds its producers back.
+
+use std::time::{Duration, Instant};
+
+use weir::metrics::{BackpressureLevel, SubtaskState};
+use weir::prelude::*;
+use weir::runtime::job_master::{JobDetails, JobState};
+
+fn config(parallelism: u32) -> ExecutionConfig {
+    ExecutionConfig::default()
+        .with_parallelism(parallelism)
+        .with_metrics_update_interval(Duration::from_millis(50))
+}
+
+fn vertex<'a>(
+    details: &'a JobDetails,
+    name_part: &str,
+) -> &'a weir::runtime::job_master::VertexDetails {
+    details
+        .vertices
+        .iter()
+        .find(|v| v.name.contains(name_part))
+        .unwrap_or_else(|| {
+            panic!(
+                "no vertex named like `{name_part}` in {:?}",
+                details.vertices.iter().map(|v| &v.name).collect::<Vec<_>>()
+            )
+        })
+}
+
+/// Waits until `check` holds for the published details, or panics with the last ones.
+fn await_details(
+    client: &JobClient,
+    what: &str,
+    check: impl Fn(&JobDetails) -> bool,
+) -> std::sync::Arc<JobDetails> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let details = client.details();
+        if check(&details) {
+            return details;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last details: {details:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn records_counted_equal_records_processed() {
+    const N: u64 = 100_000;
+    let env = StreamExecutionEnvironment::new(config(2)).unwrap();
+    env.generate(N, |i| i)
+        .filter(|i| i % 4 != 0)
+        .name("three quarters")
+        .key_by(|i: &u64| i % 10)
+        .reduce(|a, b| a + b)
+        .name("running sum")
+        .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("counted").unwrap();
+    let result = client.wait().unwrap();
+    let details = client.details();
+    assert_eq!(details.state, JobState::Finished, "{details:#?}");
+    assert_eq!(details.job_id.len(), 32);
+    assert_eq!(details.job_id, client.job_id());
+
+    let source = vertex(&details, "three quarters");
+    let sink = vertex(&details, "running sum");
+    let (source_metrics, sink_metrics) = (
+        source.metrics.clone().unwrap(),
+        sink.metrics.clone().unwrap(),
+    );
+    // The source task reads N records, filters a quarter out, and sends the rest on.
+    assert_eq!(source_metrics.records_in, N);
+    assert_eq!(source_metrics.records_out, N * 3 / 4);
+    assert_eq!(sink_metrics.records_in, N * 3 / 4);
+    assert_eq!(
+        sink_metrics.records_out, 0,
+        "a sink's task sends nothing downstream"
+    );
+    assert_eq!(source.subtasks.len(), 2);
+    for subtask in source.subtasks.iter().chain(&sink.subtasks) {
+        assert_eq!(subtask.sample.state, SubtaskState::Finished);
+    }
+    // Per operator, the live counts agree with the result's.
+    for op in &result.operators {
+        let live: (u64, u64) = details
+            .vertices
+            .iter()
+            .flat_map(|v| &v.subtasks)
+            .flat_map(|s| &s.sample.operators)
+            .filter(|o| o.node == op.node.0)
+            .fold((0, 0), |(i, o), s| (i + s.records_in, o + s.records_out));
+        assert_eq!(
+            live,
+            (op.records_in, op.records_out),
+            "operator `{}`",
+            op.name
+        );
+    }
+}
+
+#[test]
+fn backpressure_shows_behind_a_slow_operator() {
+    let env = StreamExecutionEnvironment::new(config(1).with_chaining(false)).unwrap();
+    env.from_source(
+        GeneratorSource::unbounded(|i| i),
+        WatermarkStrategy::no_watermarks(),
+        "fast source",
+    )
+    .map(|i: u64| {
+        std::thread::sleep(Duration::from_micros(200));
+        i
+    })
+    .name("slow map")
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("backpressured").unwrap();
+    let details = await_details(&client, "the source to be backpressured", |d| {
+        d.vertices.iter().any(|v| {
+            v.name.contains("fast source")
+                && v.metrics
+                    .as_ref()
+                    .is_some_and(|m| m.backpressure_level() == BackpressureLevel::High)
+        })
+    });
+    let map = vertex(&details, "slow map").metrics.clone().unwrap();
+    assert!(
+        map.rates.busy_time_ms_per_second > 500.0,
+        "the slow map is busy: {map:?}"
+    );
+    assert_eq!(
+        map.backpressure_level(),
+        BackpressureLevel::Ok,
+        "nothing holds the map back: {map:?}"
+    );
+    let source = vertex(&details, "fast source");
+    assert!(
+        source.subtasks[0].sample.output_queue > 0,
+        "the source's output queue fills: {source:?}"
+    );
+    let sink = vertex(&details, "discard").metrics.clone().unwrap();
+    assert!(
+        sink.rates.idle_time_ms_per_second > 500.0,
+        "the sink waits for input: {sink:?}"
+    );
+    assert_eq!(details.state, JobState::Running);
+    client.cancel().unwrap();
+    assert_eq!(client.details().state, JobState::Canceled);
+}
+
+#[test]
+fn failures_and_restarts_are_published() {
+    let env = StreamExecutionEnvironment::new(config(1).with_restart_strategy(
+        RestartStrategyConfig::FixedDelay {
+            attempts: 1,
+            delay: Duration::from_millis(10),
+        },
+    ))
+    .unwrap();
+    env.enable_checkpointing(Duration::from_millis(20));
+    env.generate(1000, |i| i)
+        .map(|i: u64| {
+            if i == 500 {
+                // Fails every run: the strategy gives up after one restart.
+                panic!("poison record {i}");
+            }
+            i
+        })
+        .name("picky")
+        .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("failing").unwrap();
+    assert!(client.wait().is_err());
+    let details = client.details();
+    assert_eq!(details.state, JobState::Failed);
+    assert_eq!(details.metrics.restarts, 1);
+    assert_eq!(details.exceptions.len(), 2, "{:#?}", details.exceptions);
+    assert!(details.exceptions[0].restarted && !details.exceptions[1].restarted);
+    assert!(
+        details.exceptions[0]
+            .exception
+            .contains("poison record 500"),
+        "{:#?}",
+        details.exceptions
+    );
+    assert!(
+        details.exceptions[0].exception.contains("picky"),
+        "names the operator: {:#?}",
+        details.exceptions
+    );
+}
