@@ -18,7 +18,7 @@ mod store;
 mod task_metrics;
 
 pub use handles::{Counter, Gauge, MetricGroup};
-pub use prometheus::{JobMetrics, PrometheusExport};
+pub use prometheus::{JobExport, JobMetrics, PrometheusExport};
 pub use registry::MetricRegistry;
 pub use sample::{MetricKind, OperatorSample, SubtaskSample, SubtaskState, UserMetricSample};
 pub use store::{

@@ -34,9 +34,9 @@ pub struct JobMetrics {
     pub last_checkpoint_alignment_ms: Option<u64>,
 }
 
-/// What one scrape exposes: a job's own metrics and its subtasks'.
+/// One job's metrics for a scrape.
 #[derive(Debug, Clone)]
-pub struct PrometheusExport {
+pub struct JobExport {
     /// The job's id.
     pub job_id: String,
     /// The job's name.
@@ -47,6 +47,32 @@ pub struct PrometheusExport {
     pub subtasks: Vec<StoredSubtask>,
 }
 
+impl JobExport {
+    fn labels(&self) -> Labels {
+        vec![
+            label("job_id", &self.job_id),
+            label("job_name", &self.job_name),
+        ]
+    }
+
+    fn task_labels(&self, s: &StoredSubtask) -> Labels {
+        let mut labels = self.labels();
+        labels.push(label("task_name", &s.sample.name));
+        labels.push(label("subtask_index", &s.sample.subtask.to_string()));
+        if let Some(tm) = &s.taskmanager {
+            labels.push(label("tm_id", tm));
+        }
+        labels
+    }
+}
+
+/// What one scrape exposes: the metrics of every job served, each family once.
+#[derive(Debug, Clone, Default)]
+pub struct PrometheusExport {
+    /// The jobs.
+    pub jobs: Vec<JobExport>,
+}
+
 impl PrometheusExport {
     /// The metrics in the Prometheus text format (OpenMetrics).
     pub fn encode(self) -> Result<String, std::fmt::Error> {
@@ -55,13 +81,6 @@ impl PrometheusExport {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry)?;
         Ok(text)
-    }
-
-    fn job_labels(&self) -> Vec<(String, String)> {
-        vec![
-            label("job_id", &self.job_id),
-            label("job_name", &self.job_name),
-        ]
     }
 }
 
@@ -83,206 +102,169 @@ impl Family<'_> {
         if self.values.is_empty() {
             return Ok(());
         }
-        if self.counter {
-            let mut family = encoder.encode_descriptor(
-                self.name,
-                self.help,
-                None,
-                prometheus_client::metrics::MetricType::Counter,
-            )?;
-            for (labels, value) in &self.values {
-                ConstCounter::new(*value as u64).encode(family.encode_family(labels)?)?;
-            }
+        let kind = if self.counter {
+            prometheus_client::metrics::MetricType::Counter
         } else {
-            let mut family = encoder.encode_descriptor(
-                self.name,
-                self.help,
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?;
-            for (labels, value) in &self.values {
-                ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+            prometheus_client::metrics::MetricType::Gauge
+        };
+        let mut family = encoder.encode_descriptor(self.name, self.help, None, kind)?;
+        for (labels, value) in &self.values {
+            let metric = family.encode_family(labels)?;
+            if self.counter {
+                ConstCounter::new(*value as u64).encode(metric)?;
+            } else {
+                ConstGauge::new(*value).encode(metric)?;
             }
         }
         Ok(())
     }
 }
 
-impl std::fmt::Debug for Family<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Family").field("name", &self.name).finish()
-    }
-}
+type JobPick = fn(&JobMetrics) -> Option<f64>;
+type TaskPick = fn(&StoredSubtask) -> Option<f64>;
+
+const JOB_FAMILIES: [(&str, &str, bool, JobPick); 8] = [
+    (
+        "job_uptime",
+        "Milliseconds since the job started.",
+        false,
+        |j| Some(j.uptime_ms as f64),
+    ),
+    ("job_numRestarts", "Restarts of the job.", true, |j| {
+        Some(j.restarts as f64)
+    }),
+    (
+        "job_numberOfCompletedCheckpoints",
+        "Completed checkpoints.",
+        true,
+        |j| Some(j.completed_checkpoints as f64),
+    ),
+    (
+        "job_numberOfFailedCheckpoints",
+        "Failed checkpoints.",
+        true,
+        |j| Some(j.failed_checkpoints as f64),
+    ),
+    (
+        "job_numberOfInProgressCheckpoints",
+        "Checkpoints in progress.",
+        false,
+        |j| Some(j.in_progress_checkpoints as f64),
+    ),
+    (
+        "job_lastCheckpointDuration",
+        "Milliseconds the last completed checkpoint took.",
+        false,
+        |j| j.last_checkpoint_duration_ms.map(|v| v as f64),
+    ),
+    (
+        "job_lastCheckpointSize",
+        "Bytes of state in the last completed checkpoint.",
+        false,
+        |j| j.last_checkpoint_size_bytes.map(|v| v as f64),
+    ),
+    (
+        "job_lastCheckpointAlignmentTime",
+        "Longest barrier alignment, in milliseconds, of the last completed checkpoint.",
+        false,
+        |j| j.last_checkpoint_alignment_ms.map(|v| v as f64),
+    ),
+];
+
+const TASK_FAMILIES: [(&str, &str, bool, TaskPick); 14] = [
+    (
+        "task_numRecordsIn",
+        "Records the subtask received.",
+        true,
+        |s| Some(s.sample.records_in as f64),
+    ),
+    (
+        "task_numRecordsOut",
+        "Records the subtask sent downstream.",
+        true,
+        |s| Some(s.sample.records_out as f64),
+    ),
+    (
+        "task_numBytesIn",
+        "Bytes the subtask received over the network.",
+        true,
+        |s| Some(s.sample.bytes_in as f64),
+    ),
+    (
+        "task_numBytesOut",
+        "Bytes the subtask sent over the network.",
+        true,
+        |s| Some(s.sample.bytes_out as f64),
+    ),
+    (
+        "task_numRecordsInPerSecond",
+        "Records received per second.",
+        false,
+        |s| Some(s.rates.records_in_per_second),
+    ),
+    (
+        "task_numRecordsOutPerSecond",
+        "Records sent per second.",
+        false,
+        |s| Some(s.rates.records_out_per_second),
+    ),
+    (
+        "task_busyTimeMsPerSecond",
+        "Milliseconds per second neither idle nor backpressured.",
+        false,
+        |s| Some(s.rates.busy_time_ms_per_second),
+    ),
+    (
+        "task_idleTimeMsPerSecond",
+        "Milliseconds per second waiting for input.",
+        false,
+        |s| Some(s.rates.idle_time_ms_per_second),
+    ),
+    (
+        "task_backPressuredTimeMsPerSecond",
+        "Milliseconds per second waiting for room downstream.",
+        false,
+        |s| Some(s.rates.back_pressured_time_ms_per_second),
+    ),
+    (
+        "task_inputQueueLength",
+        "Elements waiting in the input channels.",
+        false,
+        |s| Some(s.sample.input_queue as f64),
+    ),
+    (
+        "task_outputQueueLength",
+        "Elements waiting in the output channels.",
+        false,
+        |s| Some(s.sample.output_queue as f64),
+    ),
+    (
+        "task_uptime",
+        "Milliseconds the subtask has run.",
+        false,
+        |s| Some(s.sample.uptime_ms as f64),
+    ),
+    (
+        "task_attempt",
+        "The run attempt of the subtask.",
+        false,
+        |s| Some(s.sample.attempt as f64),
+    ),
+    (
+        "task_currentInputWatermark",
+        "The watermark of the chain's head, in milliseconds.",
+        false,
+        |s| s.sample.input_watermark.map(|w| w as f64),
+    ),
+];
 
 impl Collector for PrometheusExport {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let job = self.job_labels();
-        let j = &self.job;
-        let opt = |v: Option<u64>| v.map(|v| vec![(job.clone(), v as f64)]).unwrap_or_default();
-        let job_families = [
-            (
-                "job_uptime",
-                "Milliseconds since the job started.",
-                false,
-                vec![(job.clone(), j.uptime_ms as f64)],
-            ),
-            (
-                "job_numRestarts",
-                "Restarts of the job.",
-                true,
-                vec![(job.clone(), j.restarts as f64)],
-            ),
-            (
-                "job_numberOfCompletedCheckpoints",
-                "Completed checkpoints.",
-                true,
-                vec![(job.clone(), j.completed_checkpoints as f64)],
-            ),
-            (
-                "job_numberOfFailedCheckpoints",
-                "Failed checkpoints.",
-                true,
-                vec![(job.clone(), j.failed_checkpoints as f64)],
-            ),
-            (
-                "job_numberOfInProgressCheckpoints",
-                "Checkpoints in progress.",
-                false,
-                vec![(job.clone(), j.in_progress_checkpoints as f64)],
-            ),
-            (
-                "job_lastCheckpointDuration",
-                "Milliseconds the last completed checkpoint took.",
-                false,
-                opt(j.last_checkpoint_duration_ms),
-            ),
-            (
-                "job_lastCheckpointSize",
-                "Bytes of state in the last completed checkpoint.",
-                false,
-                opt(j.last_checkpoint_size_bytes),
-            ),
-            (
-                "job_lastCheckpointAlignmentTime",
-                "Longest barrier alignment, in milliseconds, of the last completed checkpoint.",
-                false,
-                opt(j.last_checkpoint_alignment_ms),
-            ),
-        ];
-        for (name, help, counter, values) in job_families {
-            Family {
-                name,
-                help,
-                counter,
-                values,
-            }
-            .encode(&mut encoder)?;
-        }
-
-        let task_labels = |s: &StoredSubtask| {
-            let mut labels = job.clone();
-            labels.push(label("task_name", &s.sample.name));
-            labels.push(label("subtask_index", &s.sample.subtask.to_string()));
-            if let Some(tm) = &s.taskmanager {
-                labels.push(label("tm_id", tm));
-            }
-            labels
-        };
-        type Pick = fn(&StoredSubtask) -> f64;
-        let task_families: [(&str, &str, bool, Pick); 14] = [
-            (
-                "task_numRecordsIn",
-                "Records the subtask received.",
-                true,
-                |s| s.sample.records_in as f64,
-            ),
-            (
-                "task_numRecordsOut",
-                "Records the subtask sent downstream.",
-                true,
-                |s| s.sample.records_out as f64,
-            ),
-            (
-                "task_numBytesIn",
-                "Bytes the subtask received over the network.",
-                true,
-                |s| s.sample.bytes_in as f64,
-            ),
-            (
-                "task_numBytesOut",
-                "Bytes the subtask sent over the network.",
-                true,
-                |s| s.sample.bytes_out as f64,
-            ),
-            (
-                "task_numRecordsInPerSecond",
-                "Records received per second.",
-                false,
-                |s| s.rates.records_in_per_second,
-            ),
-            (
-                "task_numRecordsOutPerSecond",
-                "Records sent per second.",
-                false,
-                |s| s.rates.records_out_per_second,
-            ),
-            (
-                "task_busyTimeMsPerSecond",
-                "Milliseconds per second neither idle nor backpressured.",
-                false,
-                |s| s.rates.busy_time_ms_per_second,
-            ),
-            (
-                "task_idleTimeMsPerSecond",
-                "Milliseconds per second waiting for input.",
-                false,
-                |s| s.rates.idle_time_ms_per_second,
-            ),
-            (
-                "task_backPressuredTimeMsPerSecond",
-                "Milliseconds per second waiting for room downstream.",
-                false,
-                |s| s.rates.back_pressured_time_ms_per_second,
-            ),
-            (
-                "task_inputQueueLength",
-                "Elements waiting in the input channels.",
-                false,
-                |s| s.sample.input_queue as f64,
-            ),
-            (
-                "task_outputQueueLength",
-                "Elements waiting in the output channels.",
-                false,
-                |s| s.sample.output_queue as f64,
-            ),
-            (
-                "task_uptime",
-                "Milliseconds the subtask has run.",
-                false,
-                |s| s.sample.uptime_ms as f64,
-            ),
-            (
-                "task_attempt",
-                "The run attempt of the subtask.",
-                false,
-                |s| s.sample.attempt as f64,
-            ),
-            (
-                "task_currentInputWatermark",
-                "The watermark of the chain's head, in milliseconds.",
-                false,
-                |s| s.sample.input_watermark.map_or(f64::NAN, |w| w as f64),
-            ),
-        ];
-        for (name, help, counter, pick) in task_families {
+        for (name, help, counter, pick) in JOB_FAMILIES {
             let values = self
-                .subtasks
+                .jobs
                 .iter()
-                .filter(|s| {
-                    name != "task_currentInputWatermark" || s.sample.input_watermark.is_some()
-                })
-                .map(|s| (task_labels(s), pick(s)))
+                .filter_map(|j| pick(&j.job).map(|v| (j.labels(), v)))
                 .collect();
             Family {
                 name,
@@ -292,60 +274,88 @@ impl Collector for PrometheusExport {
             }
             .encode(&mut encoder)?;
         }
-
+        for (name, help, counter, pick) in TASK_FAMILIES {
+            let values = self
+                .jobs
+                .iter()
+                .flat_map(|j| {
+                    j.subtasks
+                        .iter()
+                        .filter_map(move |s| pick(s).map(|v| (j.task_labels(s), v)))
+                })
+                .collect();
+            Family {
+                name,
+                help,
+                counter,
+                values,
+            }
+            .encode(&mut encoder)?;
+        }
         // Operators: the built-in counts, then what their code registered, one family per
         // name.
         let mut records_in = Vec::new();
         let mut records_out = Vec::new();
         let mut watermarks = Vec::new();
         let mut user: Vec<UserFamily> = Vec::new();
-        for s in &self.subtasks {
-            for op in &s.sample.operators {
-                let mut labels = task_labels(s);
-                labels.push(label("operator_name", &op.name));
-                records_in.push((labels.clone(), op.records_in as f64));
-                records_out.push((labels.clone(), op.records_out as f64));
-                if let Some(w) = op.watermark {
-                    watermarks.push((labels.clone(), w as f64));
-                }
-                for m in &op.user {
-                    let mut labels = labels.clone();
-                    labels.extend(m.labels.iter().map(|(k, v)| label(k, v)));
-                    let name = sanitize(&m.name);
-                    match user.iter_mut().find(|(n, k, _)| *n == name && *k == m.kind) {
-                        Some((_, _, values)) => values.push((labels, m.value as f64)),
-                        None => user.push((name, m.kind, vec![(labels, m.value as f64)])),
+        for j in &self.jobs {
+            for s in &j.subtasks {
+                for op in &s.sample.operators {
+                    let mut labels = j.task_labels(s);
+                    labels.push(label("operator_name", &op.name));
+                    records_in.push((labels.clone(), op.records_in as f64));
+                    records_out.push((labels.clone(), op.records_out as f64));
+                    if let Some(w) = op.watermark {
+                        watermarks.push((labels.clone(), w as f64));
+                    }
+                    for m in &op.user {
+                        let mut labels = labels.clone();
+                        labels.extend(m.labels.iter().map(|(k, v)| label(k, v)));
+                        let name = sanitize(&m.name);
+                        match user.iter_mut().find(|(n, k, _)| *n == name && *k == m.kind) {
+                            Some((_, _, values)) => values.push((labels, m.value as f64)),
+                            None => user.push((name, m.kind, vec![(labels, m.value as f64)])),
+                        }
                     }
                 }
             }
         }
-        Family {
-            name: "operator_numRecordsIn",
-            help: "Records the operator received.",
-            counter: true,
-            values: records_in,
+        let operator_families = [
+            (
+                "operator_numRecordsIn",
+                "Records the operator received.",
+                true,
+                records_in,
+            ),
+            (
+                "operator_numRecordsOut",
+                "Records the operator emitted.",
+                true,
+                records_out,
+            ),
+            (
+                "operator_currentInputWatermark",
+                "The operator's last watermark, in milliseconds.",
+                false,
+                watermarks,
+            ),
+        ];
+        for (name, help, counter, values) in operator_families {
+            Family {
+                name,
+                help,
+                counter,
+                values,
+            }
+            .encode(&mut encoder)?;
         }
-        .encode(&mut encoder)?;
-        Family {
-            name: "operator_numRecordsOut",
-            help: "Records the operator emitted.",
-            counter: true,
-            values: records_out,
-        }
-        .encode(&mut encoder)?;
-        Family {
-            name: "operator_currentInputWatermark",
-            help: "The operator's last watermark, in milliseconds.",
-            counter: false,
-            values: watermarks,
-        }
-        .encode(&mut encoder)?;
         for (name, kind, values) in user {
             let name = format!("operator_{name}");
+            let counter = kind == MetricKind::Counter;
             Family {
                 name: &name,
                 help: "Registered by the operator.",
-                counter: kind == MetricKind::Counter,
+                counter,
                 values,
             }
             .encode(&mut encoder)?;
@@ -421,20 +431,22 @@ mod tests {
             }],
         };
         let export = PrometheusExport {
-            job_id: "abc".into(),
-            job_name: "numbers \"quoted\"".into(),
-            job: JobMetrics {
-                restarts: 2,
-                last_checkpoint_duration_ms: Some(15),
-                ..JobMetrics::default()
-            },
-            subtasks: vec![StoredSubtask {
-                sample,
-                rates: SubtaskRates {
-                    records_in_per_second: 42.0,
-                    ..SubtaskRates::default()
+            jobs: vec![JobExport {
+                job_id: "abc".into(),
+                job_name: "numbers \"quoted\"".into(),
+                job: JobMetrics {
+                    restarts: 2,
+                    last_checkpoint_duration_ms: Some(15),
+                    ..JobMetrics::default()
                 },
-                taskmanager: None,
+                subtasks: vec![StoredSubtask {
+                    sample,
+                    rates: SubtaskRates {
+                        records_in_per_second: 42.0,
+                        ..SubtaskRates::default()
+                    },
+                    taskmanager: None,
+                }],
             }],
         };
         let text = export.encode().unwrap();

@@ -1,0 +1,77 @@
+//! Where and how the REST endpoint listens: its address and port, its optional bearer
+//! token, and its optional TLS certificate.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+/// The REST endpoint's settings, named as Flink's keys where Flink has one.
+///
+/// ```
+/// use weir_rest::RestConfig;
+/// let config = RestConfig::default().with_port(8081).with_token("s3cret");
+/// assert_eq!(config.bind_address.to_string(), "127.0.0.1"); // loopback unless told otherwise
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestConfig {
+    /// The address the endpoint binds to (`rest.bind-address`; loopback by default, as an
+    /// operating surface that can cancel jobs must not be reachable by accident).
+    pub bind_address: IpAddr,
+    /// The port (`rest.port`; 0: any free port, read it back from
+    /// [`RestServer::address`](crate::RestServer::address)).
+    pub port: u16,
+    /// A bearer token every request must carry (`rest.authentication.token`); `None`: no
+    /// authentication.
+    pub token: Option<String>,
+    /// A certificate to serve HTTPS with (`security.ssl.rest.enabled` with
+    /// `security.ssl.rest.cert-file` and `security.ssl.rest.key-file`, PEM).
+    pub tls: Option<TlsFiles>,
+}
+
+/// A PEM certificate chain and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl Default for RestConfig {
+    fn default() -> Self {
+        Self {
+            bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8081,
+            token: None,
+            tls: None,
+        }
+    }
+}
+
+impl RestConfig {
+    /// Sets the port (0: any free one).
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Sets the bind address.
+    pub fn with_bind_address(mut self, address: IpAddr) -> Self {
+        self.bind_address = address;
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every request.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Serves HTTPS with the PEM certificate chain `cert` and private key `key`.
+    pub fn with_tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        });
+        self
+    }
+}

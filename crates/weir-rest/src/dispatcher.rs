@@ -1,0 +1,108 @@
+//! What the REST API serves: the jobs this JobManager runs (through their clients), the
+//! asynchronous operations started on them, and the cluster's TaskManagers (Flink's
+//! `Dispatcher` and `ResourceManager` gateways, as the REST handlers see them).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use weir::runtime::job_master::JobDetails;
+use weir::JobClient;
+
+use crate::model::cluster::TaskManagerInfo;
+use crate::model::operation::AsynchronousOperationResult;
+
+/// The cluster's TaskManagers, as the JobManager knows them.
+pub trait ClusterInfo: Send + Sync {
+    /// Every registered TaskManager.
+    fn taskmanagers(&self) -> Vec<TaskManagerInfo>;
+}
+
+/// The mini-cluster: one TaskManager, this process, with as many slots as the jobs use.
+#[derive(Debug, Default)]
+pub struct LocalClusterInfo;
+
+impl ClusterInfo for LocalClusterInfo {
+    fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
+        Vec::new()
+    }
+}
+
+/// The jobs served, and the operations started on them.
+pub struct Dispatcher {
+    jobs: Mutex<Vec<Arc<JobClient>>>,
+    operations: Mutex<HashMap<String, AsynchronousOperationResult>>,
+    cluster: Box<dyn ClusterInfo>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Dispatcher {
+    /// A dispatcher of no jobs yet, on `cluster`.
+    pub fn new(cluster: Box<dyn ClusterInfo>) -> Self {
+        Self {
+            jobs: Mutex::new(Vec::new()),
+            operations: Mutex::new(HashMap::new()),
+            cluster,
+        }
+    }
+
+    /// Serves `client`'s job from now on.
+    pub fn register(&self, client: Arc<JobClient>) {
+        lock(&self.jobs).push(client);
+    }
+
+    /// Every job served, oldest first.
+    pub fn jobs(&self) -> Vec<Arc<JobClient>> {
+        lock(&self.jobs).clone()
+    }
+
+    /// The job with id `id`.
+    pub fn job(&self, id: &str) -> Option<Arc<JobClient>> {
+        lock(&self.jobs)
+            .iter()
+            .find(|c| c.details().job_id == id)
+            .cloned()
+    }
+
+    /// Every job's latest details.
+    pub fn details(&self) -> Vec<Arc<JobDetails>> {
+        self.jobs().iter().map(|c| c.details()).collect()
+    }
+
+    /// The cluster's TaskManagers; in a mini-cluster, this process alone.
+    pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
+        let registered = self.cluster.taskmanagers();
+        if !registered.is_empty() {
+            return registered;
+        }
+        let slots = self
+            .details()
+            .iter()
+            .filter(|d| !d.state.is_terminal())
+            .flat_map(|d| d.vertices.iter().map(|v| v.parallelism))
+            .max()
+            .unwrap_or(0);
+        vec![TaskManagerInfo {
+            id: "local".into(),
+            data_address: "in-process".into(),
+            slots,
+            since_last_heartbeat_ms: 0,
+        }]
+    }
+
+    /// Records the state of operation `request` on job `job`.
+    pub fn set_operation(&self, job: &str, request: &str, result: AsynchronousOperationResult) {
+        lock(&self.operations).insert(format!("{job}/{request}"), result);
+    }
+
+    /// The state of operation `request` on job `job`.
+    pub fn operation(&self, job: &str, request: &str) -> Option<AsynchronousOperationResult> {
+        lock(&self.operations)
+            .get(&format!("{job}/{request}"))
+            .cloned()
+    }
+}
