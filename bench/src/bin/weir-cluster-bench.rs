@@ -77,7 +77,7 @@ enum Bench {
         heartbeat_ms: u64,
     },
     /// The job, in the role its cluster flags give.
-    Job(JobArgs),
+    Job(Box<JobArgs>),
 }
 
 #[derive(clap::Args, Debug, Clone)]

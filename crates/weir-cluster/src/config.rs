@@ -4,6 +4,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+use weir::configuration::Configuration;
+
 use crate::error::ClusterError;
 
 /// The part a process plays in a cluster.
@@ -95,6 +97,14 @@ pub struct ClusterArgs {
         default_value_t = 300_000
     )]
     pub registration_timeout_ms: u64,
+    /// The configuration file (a `weir.yaml` with Flink's keys); by default
+    /// `$WEIR_CONF_DIR/weir.yaml` or `./weir.yaml` if one exists.
+    #[arg(long = "config", env = "WEIR_CONFIG_FILE", value_name = "FILE")]
+    pub config_file: Option<std::path::PathBuf>,
+    /// Sets a configuration key, over the file and the environment (Flink's `-D`):
+    /// `-D execution.checkpointing.interval=10s`.
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    pub dynamic: Vec<String>,
 }
 
 impl Default for ClusterArgs {
@@ -112,6 +122,8 @@ impl Default for ClusterArgs {
             slot_timeout_ms: 300_000,
             deploy_timeout_ms: 600_000,
             registration_timeout_ms: 300_000,
+            config_file: None,
+            dynamic: Vec::new(),
         }
     }
 }
@@ -143,6 +155,8 @@ pub struct ClusterConfig {
     pub deploy_timeout: Duration,
     /// Registration timeout.
     pub registration_timeout: Duration,
+    /// A JobManager's REST endpoint (`None`: none).
+    pub rest: Option<weir_rest::RestConfig>,
 }
 
 fn invalid(setting: &'static str, value: impl ToString, reason: impl Into<String>) -> ClusterError {
@@ -168,6 +182,17 @@ fn check_address(setting: &'static str, address: &str) -> Result<SocketAddr, Clu
 }
 
 impl ClusterArgs {
+    /// The configuration of this process: the file, the environment's overrides, then the
+    /// `-D` arguments; checked (unknown keys, bad values).
+    pub fn configuration(&self) -> Result<Configuration, ClusterError> {
+        let mut configuration = Configuration::load(self.config_file.as_deref())?;
+        for assignment in &self.dynamic {
+            configuration.set_dynamic(assignment)?;
+        }
+        configuration.validate()?;
+        Ok(configuration)
+    }
+
     /// The checked settings, or `None` without a role (run locally).
     pub fn config(&self) -> Result<Option<ClusterConfig>, ClusterError> {
         let Some(role) = self.role else {
@@ -247,6 +272,7 @@ impl ClusterArgs {
                 "--registration-timeout-ms",
                 self.registration_timeout_ms,
             )?,
+            rest: None,
         }))
     }
 }

@@ -20,6 +20,12 @@ pub fn chain(error: &dyn std::error::Error) -> String {
 /// A cluster-mode failure, naming the setting or the peer involved.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// The configuration (file, environment, `-D`) is invalid.
+    #[error(transparent)]
+    Configuration(#[from] weir::configuration::ConfigurationError),
+    /// The REST endpoint could not start.
+    #[error(transparent)]
+    Rest(#[from] weir_rest::RestError),
     /// A setting has a value that cannot work.
     #[error("invalid setting `{setting}` = `{value}`: {reason}")]
     InvalidSetting {

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod error;
 pub mod jobmanager;
 pub mod object_storage;
+pub mod rest;
 pub mod taskmanager;
 
 pub mod proto {
@@ -49,13 +50,28 @@ impl PipelineExecutor for ClusterExecutor {
     }
 }
 
-/// Makes `env` run its jobs in the role `args` give, if any; without a role it stays on
-/// the local mini-cluster. Either way, checkpoint storage on object storage (`s3://`,
-/// `gs://`, `az://`) becomes available.
+/// Prepares `env` as `args` say: applies the configuration (the `weir.yaml`, its
+/// environment overrides and the `-D` arguments) over the job's settings, and makes the
+/// process run its jobs in its role, if any. Without a role the job stays on the local
+/// mini-cluster, with the REST endpoint and dashboard when `rest.port` is set; a
+/// JobManager serves them always. Checkpoint storage on object storage (`s3://`, `gs://`,
+/// `az://`) becomes available either way.
 pub fn apply(args: &ClusterArgs, env: &StreamExecutionEnvironment) -> Result<(), ClusterError> {
     object_storage::register();
-    if let Some(config) = args.config()? {
-        env.set_executor(ClusterExecutor::new(config));
+    let configuration = args.configuration()?;
+    env.configure(&configuration)?;
+    match args.config()? {
+        Some(mut config) => {
+            if config.role == Role::Jobmanager {
+                config.rest = weir_rest::RestConfig::from_configuration(&configuration, true)?;
+            }
+            env.set_executor(ClusterExecutor::new(config));
+        }
+        None => {
+            if let Some(rest) = weir_rest::RestConfig::from_configuration(&configuration, false)? {
+                env.set_executor(rest::LocalRestExecutor::new(rest));
+            }
+        }
     }
     Ok(())
 }

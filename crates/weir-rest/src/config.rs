@@ -4,6 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
+use weir::configuration::{Configuration, ConfigurationError, Origin};
+
 /// The REST endpoint's settings, named as Flink's keys where Flink has one.
 ///
 /// ```
@@ -48,6 +50,60 @@ impl Default for RestConfig {
 }
 
 impl RestConfig {
+    /// The endpoint `configuration` asks for: with `rest.port` set, or when `on_by_default`
+    /// (a cluster's JobManager serves it always, as Flink's does; the local mini-cluster
+    /// only when asked). `None`: no endpoint.
+    pub fn from_configuration(
+        configuration: &Configuration,
+        on_by_default: bool,
+    ) -> Result<Option<Self>, ConfigurationError> {
+        configuration.validate()?;
+        let port = configuration.integer("rest.port")?;
+        if port.is_none() && !on_by_default {
+            return Ok(None);
+        }
+        let mut config = Self::default();
+        if let Some(port) = port {
+            config.port = u16::try_from(port).unwrap_or(config.port);
+        }
+        if let Some(address) = configuration.text("rest.bind-address") {
+            config.bind_address =
+                address
+                    .trim()
+                    .parse()
+                    .map_err(|_| ConfigurationError::InvalidValue {
+                        key: "rest.bind-address".into(),
+                        value: address.into(),
+                        origin: configuration
+                            .get("rest.bind-address")
+                            .map_or(Origin::Code, |v| v.origin.clone()),
+                        expected: "an IP address such as 127.0.0.1 or 0.0.0.0".into(),
+                    })?;
+        }
+        if let Some(token) = configuration.text("rest.authentication.token") {
+            config.token = Some(token.to_string());
+        }
+        let files = (
+            configuration.text("security.ssl.rest.cert-file"),
+            configuration.text("security.ssl.rest.key-file"),
+        );
+        match (configuration.boolean("security.ssl.rest.enabled")?, files) {
+            (Some(true), (Some(cert), Some(key))) => {
+                config.tls = Some(TlsFiles {
+                    cert: cert.into(),
+                    key: key.into(),
+                })
+            }
+            (Some(true), _) => {
+                return Err(ConfigurationError::Conflict(
+                    "`security.ssl.rest.enabled: true` needs `security.ssl.rest.cert-file` and `security.ssl.rest.key-file` (PEM)".into(),
+                ))
+            }
+            _ => {}
+        }
+        Ok(Some(config))
+    }
+
     /// Sets the port (0: any free one).
     pub fn with_port(mut self, port: u16) -> Self {
         self.port = port;

@@ -94,7 +94,30 @@ impl LocalCluster {
         assert!(self.jobmanager.is_none(), "the JobManager is running");
         self.jobmanager_starts += 1;
         let log = format!("jobmanager-{}", self.jobmanager_starts);
-        self.jobmanager = Some(self.spawn(&["--role".into(), "jobmanager".into()], &log));
+        // Its REST endpoint on any free port, so that test clusters never compete for 8081.
+        let args = ["--role", "jobmanager", "-D", "rest.port=0"].map(String::from);
+        self.jobmanager = Some(self.spawn(&args, &log));
+    }
+
+    /// The base URL of the running JobManager's REST endpoint, once it has printed it.
+    pub fn rest_url(&self, within: Duration) -> Option<String> {
+        let log = self
+            .logs
+            .join(format!("jobmanager-{}.err", self.jobmanager_starts));
+        let deadline = Instant::now() + within;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = text
+                .lines()
+                .find_map(|l| l.split("Weir dashboard and REST API: ").nth(1))
+            {
+                return Some(line.trim().trim_end_matches('/').to_string());
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Starts TaskManager `id` with `slots` slots.

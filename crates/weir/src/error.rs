@@ -308,6 +308,9 @@ pub enum WeirError {
     /// Invalid configuration.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A configuration file, environment variable or `-D` argument is invalid.
+    #[error(transparent)]
+    Configuration(#[from] crate::configuration::ConfigurationError),
     /// The job graph is invalid.
     #[error(transparent)]
     Graph(#[from] GraphError),

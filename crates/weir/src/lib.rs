@@ -5,6 +5,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod configuration;
 pub mod connectors;
 pub mod error;
 pub mod graph;

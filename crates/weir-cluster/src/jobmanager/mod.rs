@@ -10,7 +10,7 @@
 mod executors;
 pub mod registry;
 mod service;
-mod state;
+pub(crate) mod state;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,10 +54,28 @@ pub fn run_jobmanager(
         job.fingerprint(),
         job.plan.stream_graph.job_name.clone(),
     );
+    // Also bound before the job starts: the REST endpoint and dashboard.
+    let rest = config
+        .rest
+        .as_ref()
+        .map(|rest| {
+            let dispatcher = Arc::new(weir_rest::Dispatcher::new(Box::new(
+                crate::rest::RegisteredTaskManagers(shared.clone()),
+            )));
+            weir_rest::RestServer::start(rest, dispatcher)
+        })
+        .transpose()?;
+    if let Some(rest) = &rest {
+        // Printed for people and tools (`weir run` reads it): where the dashboard is.
+        eprintln!("Weir dashboard and REST API: {}/", rest.url());
+    }
     let client = Arc::new(MiniCluster::submit_with(
         job,
         Box::new(ClusterTaskExecutors::new(shared.clone())),
     )?);
+    if let Some(rest) = &rest {
+        rest.dispatcher().register(client.clone());
+    }
     shared.lock().client = Some(client.clone());
     let (server, monitor) = serve(&runtime, listener, &shared);
     tracing::info!(%address, job = %shared.job_name, "JobManager listening");
@@ -81,6 +99,7 @@ pub fn run_jobmanager(
         }
     }
     std::thread::sleep(FAREWELL);
+    drop(rest);
     monitor.abort();
     server.abort();
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -63,6 +63,31 @@ impl StreamExecutionEnvironment {
         }
     }
 
+    /// Applies what `configuration` sets (a `weir.yaml` with its environment and `-D`
+    /// overrides) over the job's configuration, as Flink's `configure`: keys it sets win
+    /// over what the program set before. An unknown key or a bad value is an error that
+    /// names it and where it was written.
+    ///
+    /// ```
+    /// use weir::configuration::Configuration;
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// let mut configuration = Configuration::new();
+    /// configuration.set_dynamic("parallelism.default=3")?;
+    /// env.configure(&configuration)?;
+    /// assert_eq!(env.config().parallelism, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn configure(
+        &self,
+        configuration: &crate::configuration::Configuration,
+    ) -> Result<(), crate::configuration::ConfigurationError> {
+        let mut config = self.config();
+        configuration.apply(&mut config)?;
+        self.builder.borrow_mut().config = config;
+        Ok(())
+    }
+
     /// The job's configuration.
     pub fn config(&self) -> ExecutionConfig {
         self.builder.borrow().config.clone()

@@ -8,6 +8,7 @@ pub mod completed_store;
 pub mod config;
 pub mod coordinator;
 pub mod fencing;
+pub mod inspect;
 pub mod job_lock;
 pub mod job_record;
 pub mod metadata;

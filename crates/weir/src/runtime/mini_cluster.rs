@@ -69,12 +69,16 @@ impl MiniCluster {
             view,
             plan,
             commands,
-            handle: Mutex::new(Some(handle)),
+            handle: std::sync::Arc::new(Mutex::new(Some(handle))),
         })
     }
 }
 
-/// A handle to a running job (Flink's `JobClient`).
+/// The job manager's thread, which returns the job's result.
+type JobManagerThread = JoinHandle<Result<JobExecutionResult, WeirError>>;
+
+/// A handle to a running job (Flink's `JobClient`); clones control the same job (its
+/// result is handed out once, to the first that waits).
 ///
 /// ```
 /// use weir::prelude::*;
@@ -93,6 +97,7 @@ impl MiniCluster {
 /// # let _ = history;
 /// # Ok::<(), WeirError>(())
 /// ```
+#[derive(Clone)]
 pub struct JobClient {
     job_name: String,
     /// Where the JobManager publishes the job's details.
@@ -101,7 +106,7 @@ pub struct JobClient {
     plan: std::sync::Arc<ExecutionPlan>,
     commands: Sender<JobCommand>,
     /// The job manager's thread, until its result is taken.
-    handle: Mutex<Option<JoinHandle<Result<JobExecutionResult, WeirError>>>>,
+    handle: std::sync::Arc<Mutex<Option<JobManagerThread>>>,
 }
 
 impl JobClient {
