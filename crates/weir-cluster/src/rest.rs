@@ -53,6 +53,9 @@ fn local_endpoint(config: &RestConfig) -> Result<Arc<Dispatcher>, ClusterError> 
     Ok(dispatcher)
 }
 
+/// How long an ended job's process keeps serving the outcome of operations not yet read.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs jobs on the local mini-cluster, served by the REST endpoint `rest`.
 #[derive(Debug, Clone)]
 pub struct LocalRestExecutor {
@@ -68,7 +71,13 @@ impl LocalRestExecutor {
 
 impl PipelineExecutor for LocalRestExecutor {
     fn execute(&self, job: JobDefinition) -> Result<JobExecutionResult, WeirError> {
-        self.submit(job)?.wait()
+        let client = self.submit(job)?;
+        let result = client.wait();
+        // A stop's savepoint is only useful once its requester has read where it is.
+        if let Ok(dispatcher) = local_endpoint(&self.rest) {
+            dispatcher.linger(LINGER);
+        }
+        result
     }
 
     fn submit(&self, job: JobDefinition) -> Result<JobClient, WeirError> {

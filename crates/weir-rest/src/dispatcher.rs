@@ -30,7 +30,8 @@ impl ClusterInfo for LocalClusterInfo {
 /// The jobs served, and the operations started on them.
 pub struct Dispatcher {
     jobs: Mutex<Vec<Arc<JobClient>>>,
-    operations: Mutex<HashMap<String, AsynchronousOperationResult>>,
+    /// Each operation's state, and whether its outcome was read once completed.
+    operations: Mutex<HashMap<String, (AsynchronousOperationResult, bool)>>,
     cluster: Box<dyn ClusterInfo>,
 }
 
@@ -96,13 +97,32 @@ impl Dispatcher {
 
     /// Records the state of operation `request` on job `job`.
     pub fn set_operation(&self, job: &str, request: &str, result: AsynchronousOperationResult) {
-        lock(&self.operations).insert(format!("{job}/{request}"), result);
+        lock(&self.operations).insert(format!("{job}/{request}"), (result, false));
     }
 
     /// The state of operation `request` on job `job`.
     pub fn operation(&self, job: &str, request: &str) -> Option<AsynchronousOperationResult> {
-        lock(&self.operations)
-            .get(&format!("{job}/{request}"))
-            .cloned()
+        let mut operations = lock(&self.operations);
+        let (result, read) = operations.get_mut(&format!("{job}/{request}"))?;
+        if result.operation.is_some() {
+            *read = true;
+        }
+        Some(result.clone())
+    }
+
+    /// Waits, at most `limit`, until every operation has completed and its outcome has been
+    /// read: a stop with a savepoint ends the job, and the process with it, but whoever
+    /// asked for it must still learn where the savepoint is.
+    pub fn linger(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            let waiting = lock(&self.operations)
+                .values()
+                .any(|(result, read)| result.operation.is_none() || !read);
+            if !waiting {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

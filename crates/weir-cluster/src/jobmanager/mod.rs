@@ -99,6 +99,9 @@ pub fn run_jobmanager(
         }
     }
     std::thread::sleep(FAREWELL);
+    if let Some(rest) = &rest {
+        rest.dispatcher().linger(crate::rest::LINGER);
+    }
     drop(rest);
     monitor.abort();
     server.abort();

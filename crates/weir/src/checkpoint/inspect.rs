@@ -275,12 +275,30 @@ fn verify_keyed(location: &Path, handle: &KeyedStateHandle) -> Result<(), String
 /// not verify), then every key group block of every keyed state file. Returns what is
 /// damaged; empty when everything verifies.
 pub fn verify(path: &Path) -> Result<Vec<Damage>, InspectError> {
+    verify_with_progress(path, |_, _| {})
+}
+
+/// [`verify`], calling `progress(files checked, files)` after each state file.
+pub fn verify_with_progress(
+    path: &Path,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<Damage>, InspectError> {
     let (location, metadata) = read_metadata(path)?;
+    let files = metadata
+        .operators
+        .iter()
+        .flat_map(|op| &op.subtasks)
+        .filter(|s| s.keyed.is_some())
+        .count();
+    let mut checked = 0;
     let mut damage = Vec::new();
     for op in &metadata.operators {
         for subtask in &op.subtasks {
             if let Some(handle) = &subtask.keyed {
-                if let Err(problem) = verify_keyed(&location, handle) {
+                let outcome = verify_keyed(&location, handle);
+                checked += 1;
+                progress(checked, files);
+                if let Err(problem) = outcome {
                     damage.push(Damage {
                         file: location.join(&handle.file),
                         operator: op.name.clone(),

@@ -1,0 +1,7 @@
+//! One module per group of commands.
+
+pub mod config;
+pub mod inspect;
+pub mod jobs;
+pub mod run;
+pub mod savepoints;
