@@ -157,6 +157,8 @@ pub struct ClusterConfig {
     pub registration_timeout: Duration,
     /// A JobManager's REST endpoint (`None`: none).
     pub rest: Option<weir_rest::RestConfig>,
+    /// Mutual TLS between the JobManager and the TaskManagers (`None`: plaintext).
+    pub internal_tls: Option<crate::tls::InternalTls>,
 }
 
 fn invalid(setting: &'static str, value: impl ToString, reason: impl Into<String>) -> ClusterError {
@@ -273,6 +275,7 @@ impl ClusterArgs {
                 self.registration_timeout_ms,
             )?,
             rest: None,
+            internal_tls: None,
         }))
     }
 }

@@ -8,6 +8,7 @@ pub mod jobmanager;
 pub mod object_storage;
 pub mod rest;
 pub mod taskmanager;
+pub mod tls;
 
 pub mod proto {
     //! The generated control-plane messages and services.
@@ -62,6 +63,7 @@ pub fn apply(args: &ClusterArgs, env: &StreamExecutionEnvironment) -> Result<(),
     env.configure(&configuration)?;
     match args.config()? {
         Some(mut config) => {
+            config.internal_tls = tls::InternalTls::from_configuration(&configuration)?;
             if config.role == Role::Jobmanager {
                 config.rest = weir_rest::RestConfig::from_configuration(&configuration, true)?;
             }

@@ -17,7 +17,10 @@ use crate::jobmanager::state::Shared;
 pub(crate) struct RegisteredTaskManagers(pub(crate) Arc<Shared>);
 
 impl ClusterInfo for RegisteredTaskManagers {
-    fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
+    fn taskmanagers(
+        &self,
+        _jobs: &[Arc<weir::runtime::job_master::JobDetails>],
+    ) -> Vec<TaskManagerInfo> {
         let now = std::time::Instant::now();
         self.0
             .lock()

@@ -13,17 +13,28 @@ use crate::model::operation::AsynchronousOperationResult;
 
 /// The cluster's TaskManagers, as the JobManager knows them.
 pub trait ClusterInfo: Send + Sync {
-    /// Every registered TaskManager.
-    fn taskmanagers(&self) -> Vec<TaskManagerInfo>;
+    /// Every registered TaskManager, while `jobs` run.
+    fn taskmanagers(&self, jobs: &[Arc<JobDetails>]) -> Vec<TaskManagerInfo>;
 }
 
-/// The mini-cluster: one TaskManager, this process, with as many slots as the jobs use.
+/// The mini-cluster: one TaskManager, this process, with as many slots as its running
+/// jobs use (with slot sharing, a job's highest parallelism).
 #[derive(Debug, Default)]
 pub struct LocalClusterInfo;
 
 impl ClusterInfo for LocalClusterInfo {
-    fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
-        Vec::new()
+    fn taskmanagers(&self, jobs: &[Arc<JobDetails>]) -> Vec<TaskManagerInfo> {
+        let slots = jobs
+            .iter()
+            .filter(|d| !d.state.is_terminal())
+            .map(|d| d.vertices.iter().map(|v| v.parallelism).max().unwrap_or(0))
+            .sum();
+        vec![TaskManagerInfo {
+            id: "local".into(),
+            data_address: "in-process".into(),
+            slots,
+            since_last_heartbeat_ms: 0,
+        }]
     }
 }
 
@@ -76,23 +87,7 @@ impl Dispatcher {
 
     /// The cluster's TaskManagers; in a mini-cluster, this process alone.
     pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
-        let registered = self.cluster.taskmanagers();
-        if !registered.is_empty() {
-            return registered;
-        }
-        let slots = self
-            .details()
-            .iter()
-            .filter(|d| !d.state.is_terminal())
-            .flat_map(|d| d.vertices.iter().map(|v| v.parallelism))
-            .max()
-            .unwrap_or(0);
-        vec![TaskManagerInfo {
-            id: "local".into(),
-            data_address: "in-process".into(),
-            slots,
-            since_last_heartbeat_ms: 0,
-        }]
+        self.cluster.taskmanagers(&self.details())
     }
 
     /// Records the state of operation `request` on job `job`.

@@ -144,7 +144,13 @@ fn serve(
         let shared = shared.clone();
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(tls) = &shared.config.internal_tls {
+                builder = builder
+                    .tls_config(tls.server())
+                    .map_err(|e| std::io::Error::other(format!("internal TLS: {e}")))?;
+            }
+            builder
                 .add_service(JobManagerServiceServer::new(service::JobManagerRpc::new(
                     shared,
                 )))

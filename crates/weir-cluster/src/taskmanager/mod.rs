@@ -201,13 +201,35 @@ impl TaskManager {
     /// One session: registration, then messages until it ends. `unreachable_since` is reset
     /// once registered.
     async fn session(&mut self, unreachable_since: &mut Instant) -> SessionEnd {
-        let endpoint = format!("http://{}", self.config.jobmanager_address);
-        let channel = match tonic::transport::Endpoint::from_shared(endpoint.clone()) {
+        let scheme = if self.config.internal_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let endpoint = format!("{scheme}://{}", self.config.jobmanager_address);
+        let mut channel = match tonic::transport::Endpoint::from_shared(endpoint.clone()) {
             Ok(e) => e.connect_timeout(Duration::from_secs(2)),
             Err(e) => {
                 return SessionEnd::Refused(format!("bad JobManager address `{endpoint}`: {e}"))
             }
         };
+        if let Some(tls) = &self.config.internal_tls {
+            let host = self
+                .config
+                .jobmanager_address
+                .rsplit_once(':')
+                .map_or(self.config.jobmanager_address.as_str(), |(host, _)| host)
+                .trim_matches(['[', ']']);
+            channel = match channel.tls_config(tls.client(host)) {
+                Ok(channel) => channel,
+                Err(e) => {
+                    return SessionEnd::Refused(format!(
+                        "internal TLS (`security.ssl.internal.*`): {}",
+                        crate::error::chain(&e)
+                    ))
+                }
+            };
+        }
         let channel = match channel.connect().await {
             Ok(channel) => channel,
             Err(e) => {
