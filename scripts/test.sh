@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# what the tests need (a Kafka-protocol broker, PostgreSQL servers and an S3-compatible server
-# on 127.0.0.1, stopped again at the end), then formatting, lints, every test, and smoke runs of the main example and
+# what the tests need (headless Chromium for the dashboard's test; a Kafka-protocol broker,
+# PostgreSQL servers and an S3-compatible server on 127.0.0.1, stopped again at the end), then formatting, lints, every test, and smoke runs of the main example and
 # of the Weir-vs-Flink benchmark (which installs Apache Flink, about 850 MB from PyPI, into its
 # own virtual environment, and Java 17 with apt if missing).
 # Safe to run again: every step is idempotent.
@@ -30,6 +30,11 @@ for component in rustfmt clippy; do
 done
 
 log "toolchain: $(cargo --version)"
+if ! command -v chromium >/dev/null 2>&1; then
+    log "installing headless Chromium (Debian's package) for the dashboard's browser test"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
+fi
 log "Kafka-protocol broker for the Kafka tests (tansu, 127.0.0.1 only)"
 eval "$(scripts/kafka-broker.sh start)"
 log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
