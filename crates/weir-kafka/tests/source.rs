@@ -424,3 +424,88 @@ fn a_bounded_source_reads_transactional_input_to_its_end() {
     got.sort_unstable();
     assert_eq!(got, (0..500).collect::<Vec<_>>());
 }
+
+/// The value of the user metric `name` with label `partition = p` summed over the source's
+/// subtasks, as the JobManager last sampled it.
+fn source_metric(client: &weir::JobClient, name: &str, partition: Option<&str>) -> Option<i64> {
+    let details = client.details();
+    let values: Vec<i64> = details
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .flat_map(|s| &s.sample.operators)
+        .filter(|o| o.name.contains("kafka"))
+        .flat_map(|o| &o.user)
+        .filter(|m| m.name == name)
+        .filter(|m| {
+            partition.is_none_or(|p| m.labels.iter().any(|(k, v)| k == "partition" && v == p))
+        })
+        .map(|m| m.value)
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[test]
+fn consumer_lag_per_partition_is_reported_live_and_falls_to_zero() {
+    let topic = common::topic("lag", 2);
+    common::produce(&topic, Some(0), &values(0..4000));
+    common::produce(&topic, Some(1), &values(4000..5000));
+    let env = StreamExecutionEnvironment::new(
+        config(None).with_metrics_update_interval(Duration::from_millis(100)),
+    )
+    .unwrap();
+    // Slow enough that the lag shows before it is read away.
+    env.from_source(
+        source(&topic).with_rate_limit(2000.0).build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .sink_to(weir::connectors::discard::DiscardingSink, "discard");
+    let client = env.execute_async("lag").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // While reading: both partitions have a lag; partition 0, with four times the records,
+    // lags more.
+    let (lag0, lag1) = loop {
+        if let (Some(l0), Some(l1)) = (
+            source_metric(&client, "recordsLag", Some("0")),
+            source_metric(&client, "recordsLag", Some("1")),
+        ) {
+            if l0 > 1000 {
+                break (l0, l1);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no lag reported: {:#?}",
+            client.details().vertices
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        lag0 <= 4000 && lag1 <= 1000,
+        "lag within what was produced: {lag0} {lag1}"
+    );
+    assert!(source_metric(&client, "pendingRecords", None).unwrap() >= lag0);
+    // Once everything is read, the lag is zero and the offsets are at the end.
+    loop {
+        if source_metric(&client, "recordsLag", Some("0")) == Some(0)
+            && source_metric(&client, "recordsLag", Some("1")) == Some(0)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline + Duration::from_secs(60),
+            "the lag never fell to zero"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        source_metric(&client, "currentOffset", Some("0")),
+        Some(4000)
+    );
+    assert_eq!(
+        source_metric(&client, "currentOffset", Some("1")),
+        Some(1000)
+    );
+    client.cancel().unwrap();
+}

@@ -191,3 +191,90 @@ fn failures_and_restarts_are_published() {
         details.exceptions
     );
 }
+
+/// The summed value of user metric `name` of operator `operator`.
+fn user_metric(details: &JobDetails, operator: &str, name: &str) -> Option<i64> {
+    let values: Vec<i64> = details
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .flat_map(|s| &s.sample.operators)
+        .filter(|o| o.name.contains(operator))
+        .flat_map(|o| &o.user)
+        .filter(|m| m.name == name)
+        .map(|m| m.value)
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[test]
+fn a_transactional_sink_reports_its_commits_and_pending_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamExecutionEnvironment::new(
+        config(2).with_checkpointing(
+            CheckpointConfig::default()
+                .with_interval(Duration::from_millis(30))
+                .with_storage(CheckpointStorageConfig::directory(
+                    dir.path().join("checkpoints"),
+                )),
+        ),
+    )
+    .unwrap();
+    env.from_source(
+        GeneratorSource::new(6_000, |i| i).with_rate_limit(20_000.0),
+        WatermarkStrategy::no_watermarks(),
+        "numbers",
+    )
+    .map(|i: u64| i.to_string())
+    .sink_to(
+        FileSink::<String>::lines(dir.path().join("out")).into_two_phase_commit_sink(),
+        "files",
+    );
+    let client = env.execute_async("committing").unwrap();
+    let result = client.wait().unwrap();
+    let details = client.details();
+    let committed = user_metric(&details, "files", "numCommittedTransactions").unwrap();
+    // Every checkpoint pre-commits one transaction per subtask; each is committed once.
+    assert!(
+        committed >= 2 * result.checkpoints.completed as i64 - 2,
+        "{committed} commits for {} checkpoints",
+        result.checkpoints.completed
+    );
+    assert_eq!(
+        user_metric(&details, "files", "pendingTransactions"),
+        Some(0),
+        "nothing left pending at the end"
+    );
+    let latency = user_metric(&details, "files", "commitLatencyMs").unwrap();
+    assert!(latency >= 0, "{latency}");
+}
+
+#[test]
+fn skipped_malformed_records_are_counted_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    std::fs::write(&input, "1\n2\nnot a number\n4\nfive\n6\n").unwrap();
+    let env = StreamExecutionEnvironment::new(config(1)).unwrap();
+    env.from_source(
+        FileSource::<(u64,)>::csv(&input).on_malformed(MalformedRecordPolicy::Skip),
+        WatermarkStrategy::no_watermarks(),
+        "numbers file",
+    )
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("skipping").unwrap();
+    let result = client.wait().unwrap();
+    let source = result
+        .operators
+        .iter()
+        .find(|o| o.name.contains("numbers file"))
+        .unwrap();
+    assert_eq!(source.records_skipped, 2);
+    assert_eq!(
+        user_metric(
+            &client.details(),
+            "numbers file",
+            "numRecordsMalformedSkipped"
+        ),
+        Some(2)
+    );
+}

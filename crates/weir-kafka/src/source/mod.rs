@@ -4,6 +4,7 @@
 //! checkpoint completes, for monitoring only.
 
 pub mod enumerator;
+mod lag;
 pub mod reader;
 pub mod split;
 pub mod starting_offsets;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError as RdKafkaError;
@@ -15,6 +15,7 @@ use weir::connectors::rate_limiter::RateLimiter;
 use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext, SourceSplit};
 use weir::{BoxError, Collector};
 
+use super::lag::{HighWatermarks, LagContext, LagMetrics, STATISTICS_INTERVAL_MS};
 use super::split::KafkaPartitionSplit;
 use super::SourceSettings;
 use crate::deserializer::ConsumedRecord;
@@ -27,7 +28,7 @@ const RECORDS_PER_POLL: usize = 4096;
 pub struct KafkaSourceReader<T> {
     settings: Arc<SourceSettings<T>>,
     context: SourceReaderContext,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<LagContext>,
     splits: BTreeMap<(String, i32), KafkaPartitionSplit>,
     assignment_changed: bool,
     no_more_splits: bool,
@@ -37,6 +38,10 @@ pub struct KafkaSourceReader<T> {
     /// End positions of bounded splits read to their end, still to be committed.
     finished: BTreeMap<(String, i32), i64>,
     limiter: RateLimiter,
+    /// The partitions' high watermarks, from the consumer's statistics.
+    high_watermarks: HighWatermarks,
+    lag: LagMetrics,
+    next_lag_update: Instant,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -53,6 +58,8 @@ impl<T> KafkaSourceReader<T> {
             // by retention in the meantime.
             ("auto.offset.reset", "earliest"),
             ("fetch.wait.max.ms", "50"),
+            // Statistics carry the partitions' high watermarks: the lag metrics.
+            ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
         ];
         // librdkafka assigns partitions only to a consumer with a group id; without the
         // user's, a fixed one is used, to which nothing is committed.
@@ -60,11 +67,14 @@ impl<T> KafkaSourceReader<T> {
             "group.id",
             settings.group_id.as_deref().unwrap_or("weir-kafka-source"),
         ));
-        let consumer: BaseConsumer = settings
+        let lag_context = LagContext::default();
+        let high_watermarks = lag_context.high_watermarks.clone();
+        let consumer: BaseConsumer<LagContext> = settings
             .connection
             .client_config(&defaults)
-            .create()
+            .create_with_context(lag_context)
             .map_err(|e| KafkaError::client("creating the source reader's consumer", e))?;
+        let lag = LagMetrics::new(context.metric_group());
         let limiter = RateLimiter::new(settings.rate_limit, context.parallelism());
         let malformed = MalformedRecordHandler::new(
             settings.malformed,
@@ -82,7 +92,26 @@ impl<T> KafkaSourceReader<T> {
             offsets_to_commit: BTreeMap::new(),
             finished: BTreeMap::new(),
             limiter,
+            high_watermarks,
+            lag,
+            next_lag_update: Instant::now(),
         })
+    }
+
+    /// Publishes the partitions' lag, at most once a second.
+    fn update_lag(&mut self) {
+        let now = Instant::now();
+        if now < self.next_lag_update {
+            return;
+        }
+        self.next_lag_update = now + Duration::from_secs(1);
+        let high = self
+            .high_watermarks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        self.lag
+            .update(self.splits.iter().map(|(k, s)| (k, s.next_offset)), &high);
     }
 
     fn reassign(&mut self) -> Result<(), KafkaError> {
@@ -233,6 +262,7 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
             }
         }
         self.limiter.record(emitted as u64);
+        self.update_lag();
         if drained {
             for split in self.settle_bounded_splits()? {
                 output.release_split(&split);

@@ -9,10 +9,10 @@
 //! emits `Result<T, MalformedRecord>`, and the `Err`s can be routed to a sink of their own.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::metrics::{Counter, MetricGroup};
 
 /// What a source does with a record it cannot decode.
 ///
@@ -176,20 +176,29 @@ pub struct MalformedRecordError {
 
 /// Counts of malformed records of one source subtask, shared between its reader (which
 /// counts) and its task (which reports the counts with the subtask's metrics).
+/// They are also the source's live metrics `numRecordsMalformedSkipped` and
+/// `numRecordsMalformedDeadLettered`.
 #[derive(Debug, Clone, Default)]
 pub struct MalformedRecordCounters {
-    skipped: Arc<AtomicU64>,
-    dead_lettered: Arc<AtomicU64>,
+    skipped: Counter,
+    dead_lettered: Counter,
 }
 
 impl MalformedRecordCounters {
+    /// Counters registered in `group`, so that they are reported live.
+    pub fn registered_in(group: &MetricGroup) -> Self {
+        Self {
+            skipped: group.counter("numRecordsMalformedSkipped"),
+            dead_lettered: group.counter("numRecordsMalformedDeadLettered"),
+        }
+    }
     /// Records skipped so far.
     pub fn skipped(&self) -> u64 {
-        self.skipped.load(Ordering::Relaxed)
+        self.skipped.get()
     }
     /// Records passed on as dead letters so far.
     pub fn dead_lettered(&self) -> u64 {
-        self.dead_lettered.load(Ordering::Relaxed)
+        self.dead_lettered.get()
     }
 }
 
@@ -223,13 +232,14 @@ impl<T> MalformedRecordHandler<T> {
     /// that fails the job.
     pub fn handle(&mut self, record: MalformedRecord) -> Result<Option<T>, MalformedRecordError> {
         if let Some(dead_letter) = self.dead_letter {
-            self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            self.counters.dead_lettered.inc();
             return Ok(Some(dead_letter(record)));
         }
         match self.policy {
             MalformedRecordPolicy::Fail => Err(MalformedRecordError { record }),
             MalformedRecordPolicy::Skip => {
-                let skipped = self.counters.skipped.fetch_add(1, Ordering::Relaxed) + 1;
+                self.counters.skipped.inc();
+                let skipped = self.counters.skipped.get();
                 if skipped <= LOGGED_SKIPS {
                     tracing::warn!(%record, skipped, "skipping malformed record");
                 } else if skipped == LOGGED_SKIPS + 1 {

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::connectors::malformed::MalformedRecordCounters;
 use crate::error::BoxError;
+use crate::metrics::MetricGroup;
 use crate::record::Record;
 use crate::runtime::output::Collector;
 
@@ -226,6 +227,7 @@ pub struct SourceReaderContext {
     parallelism: u32,
     requests: Sender<ReaderEvent>,
     malformed: MalformedRecordCounters,
+    metrics: MetricGroup,
 }
 
 impl SourceReaderContext {
@@ -237,7 +239,22 @@ impl SourceReaderContext {
             parallelism,
             requests,
             malformed: MalformedRecordCounters::default(),
+            metrics: MetricGroup::detached(),
         }
+    }
+
+    /// The same context, reporting into `metrics` (the runtime gives each reader its
+    /// operator's group): the malformed-record counts, and what the reader registers.
+    pub fn with_metric_group(mut self, metrics: MetricGroup) -> Self {
+        self.malformed = MalformedRecordCounters::registered_in(&metrics);
+        self.metrics = metrics;
+        self
+    }
+
+    /// Where the reader registers its metrics (Flink's `SourceReaderContext.metricGroup()`):
+    /// a Kafka reader's lag per partition, for instance.
+    pub fn metric_group(&self) -> &MetricGroup {
+        &self.metrics
     }
     /// Where the reader counts malformed records it skips or passes on as dead letters
     /// (give it to a [`MalformedRecordHandler`](crate::connectors::malformed::MalformedRecordHandler)):

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
+use crate::connectors::commit_metrics::CommitMetrics;
 use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
 
@@ -142,6 +143,7 @@ pub struct TwoPhaseCommitWriter<T, S: TwoPhaseCommitSink<T>> {
     context: RuntimeContext,
     current: Option<S::Transaction>,
     pending: Vec<Pending<S::Transaction>>,
+    metrics: CommitMetrics,
 }
 
 impl<T: Send + 'static, S: TwoPhaseCommitSink<T> + Clone> Sink<T> for TwoPhaseCommit<S> {
@@ -152,6 +154,7 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T> + Clone> Sink<T> for TwoPhaseCo
             context: context.clone(),
             current: None,
             pending: Vec::new(),
+            metrics: CommitMetrics::new(context),
         })
     }
 }
@@ -167,7 +170,9 @@ impl<T, S: TwoPhaseCommitSink<T>> TwoPhaseCommitWriter<T, S> {
         {
             let p = self.pending.remove(0);
             self.commit(&p.transaction)?;
+            self.metrics.committed(Some(p.checkpoint_id));
         }
+        self.metrics.pending.set(self.pending.len() as i64);
         Ok(())
     }
 
@@ -196,6 +201,7 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
         // completion notices lost in the crash.
         for p in &restored {
             self.commit(&p.transaction)?;
+            self.metrics.committed(None);
         }
         for transaction in &open {
             self.sink.abort(transaction)?;
@@ -256,6 +262,10 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
                 checkpoint_id,
                 transaction,
             });
+            self.metrics
+                .pre_committed
+                .insert(checkpoint_id, std::time::Instant::now());
+            self.metrics.pending.set(self.pending.len() as i64);
         }
         let next = self.sink.begin_transaction(&self.context)?;
         ctx.operator_state()

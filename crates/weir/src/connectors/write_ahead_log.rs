@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
+use crate::connectors::commit_metrics::CommitMetrics;
 use crate::connectors::file_sink::Encoder;
 use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
@@ -73,6 +74,7 @@ pub struct WriteAheadLogWriter<T, C> {
     context: RuntimeContext,
     current: Vec<T>,
     pending: Vec<(BatchId, Vec<T>)>,
+    metrics: CommitMetrics,
 }
 
 impl<T: Record, C: BatchCommitter<T> + Clone> Sink<T> for WriteAheadLog<C> {
@@ -83,6 +85,7 @@ impl<T: Record, C: BatchCommitter<T> + Clone> Sink<T> for WriteAheadLog<C> {
             context: context.clone(),
             current: Vec::new(),
             pending: Vec::new(),
+            metrics: CommitMetrics::new(context),
         })
     }
 }
@@ -99,7 +102,9 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
             // A process that lost its job commits nothing more.
             self.context.fencing_token().check()?;
             self.committer.commit_batch(id, &records)?;
+            self.metrics.committed(Some(id.checkpoint_id));
         }
+        self.metrics.pending.set(self.pending.len() as i64);
         Ok(())
     }
 }
@@ -144,6 +149,10 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
             checkpoint_id,
         };
         self.pending.push((id, std::mem::take(&mut self.current)));
+        self.metrics
+            .pre_committed
+            .insert(checkpoint_id, std::time::Instant::now());
+        self.metrics.pending.set(self.pending.len() as i64);
         ctx.operator_state()
             .update_list(PENDING_STATE, &self.pending)?;
         Ok(())

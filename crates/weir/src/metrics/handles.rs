@@ -105,6 +105,13 @@ pub struct MetricGroup {
     metrics: Arc<Mutex<Vec<RegisteredMetric>>>,
 }
 
+/// Two groups are equal when they register into the same place with the same labels.
+impl PartialEq for MetricGroup {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.metrics, &other.metrics) && self.labels == other.labels
+    }
+}
+
 impl MetricGroup {
     /// A group that belongs to no task (for tests and tools); what is registered in it is
     /// counted but reported nowhere.

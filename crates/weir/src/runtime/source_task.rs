@@ -695,7 +695,8 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             setup.subtask,
             setup.parallelism,
             endpoint.to_coordinator.clone(),
-        );
+        )
+        .with_metric_group(setup.metrics.group().clone());
         let malformed = context.malformed_record_counters();
         let reader = self.source.create_reader(context)?;
         Ok(Box::new(SourceTask::<S> {

@@ -111,6 +111,7 @@ pub struct RuntimeContext {
     pub(crate) config: Arc<ExecutionConfig>,
     pub(crate) fencing: FencingToken,
     pub(crate) restored_from: Option<u64>,
+    pub(crate) metrics: crate::metrics::MetricGroup,
 }
 
 impl RuntimeContext {
@@ -125,7 +126,34 @@ impl RuntimeContext {
             config: Arc::new(setup.config.clone()),
             fencing: setup.fencing.clone(),
             restored_from: setup.restored_from,
+            metrics: setup.metrics.group().clone(),
         }
+    }
+
+    /// Where the function registers its metrics (Flink's
+    /// `getRuntimeContext().getMetricGroup()`); they are reported with the operator's, to
+    /// the REST API and Prometheus.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// #[derive(Clone)]
+    /// struct CountEvens;
+    /// impl<K: Key> KeyedProcessFunction<K, u64, u64> for CountEvens {
+    ///     fn process_element(&mut self, n: u64, ctx: &mut KeyedContext<'_, K>, out: &mut Collector<'_, u64>) -> Result<(), BoxError> {
+    ///         if n % 2 == 0 {
+    ///             ctx.runtime().metric_group().counter("evens").inc();
+    ///         }
+    ///         out.collect(n);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+    /// env.generate(10, |i| i).key_by(|i: &u64| i % 2).process(CountEvens).sink_to(DiscardingSink, "out");
+    /// env.execute("evens")?;
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn metric_group(&self) -> &crate::metrics::MetricGroup {
+        &self.metrics
     }
     /// The operator's name.
     pub fn operator_name(&self) -> &str {
