@@ -156,44 +156,81 @@ fn a_mutual_tls_cluster_serves_its_rest_api_and_refuses_a_foreign_taskmanager() 
         .is_empty());
     cluster.kill_taskmanager("rogue");
 
-    cluster.start_taskmanager("tm-1", 2);
+    cluster.start_taskmanager("tm-1", 1);
+    cluster.start_taskmanager("tm-2", 1);
     let tms = await_json(
         &format!("{url}/taskmanagers"),
-        "tm-1 to register",
+        "two TaskManagers to register",
         &cluster,
-        |t| t["taskmanagers"].as_array().is_some_and(|a| a.len() == 1),
+        |t| t["taskmanagers"].as_array().is_some_and(|a| a.len() == 2),
     );
-    assert_eq!(tms["taskmanagers"][0]["id"], "tm-1");
-    assert_eq!(tms["taskmanagers"][0]["slotsNumber"], 2);
-    assert_eq!(get(&format!("{url}/overview"))["taskmanagers"], 1);
+    let mut ids: Vec<&str> = tms["taskmanagers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["tm-1", "tm-2"]);
+    assert_eq!(tms["taskmanagers"][0]["slotsNumber"], 1);
+    assert_eq!(get(&format!("{url}/overview"))["slots-total"], 2);
 
-    // Metrics come from the TaskManager, labelled with it.
+    // Metrics come from the TaskManagers, labelled with them; records cross between them,
+    // so bytes are counted on both ends of the network.
     let jobs = await_json(&format!("{url}/jobs"), "the job", &cluster, |j| {
         j["jobs"].as_array().is_some_and(|a| !a.is_empty())
     });
     let id = jobs["jobs"][0]["id"].as_str().unwrap().to_string();
     let vertex = await_json(
         &format!("{url}/jobs/{id}/vertices/0"),
-        "records read on tm-1",
+        "records read on both TaskManagers",
         &cluster,
         |v| {
             v["subtasks"].as_array().is_some_and(|s| {
                 s.len() == 2
-                    && s.iter().all(|s| {
-                        s["taskmanager-id"] == "tm-1"
-                            && s["metrics"]["read-records"].as_u64().unwrap_or(0) > 0
-                    })
+                    && s.iter()
+                        .all(|s| s["metrics"]["read-records"].as_u64().unwrap_or(0) > 0)
             })
         },
     );
+    let mut hosts: Vec<&str> = vertex["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["taskmanager-id"].as_str().unwrap())
+        .collect();
+    hosts.sort_unstable();
+    assert_eq!(hosts, ["tm-1", "tm-2"], "{vertex:#}");
     assert!(vertex["subtasks"][0]["status"] == "RUNNING", "{vertex:#}");
+    let job = await_json(
+        &format!("{url}/jobs/{id}"),
+        "bytes over the network",
+        &cluster,
+        |j| {
+            j["vertices"][0]["metrics"]["write-bytes"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+                && j["vertices"][1]["metrics"]["read-bytes"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > 0
+        },
+    );
+    assert!(
+        job["vertices"][0]["metrics"]["read-bytes"] == 0,
+        "a source receives no bytes: {job:#}"
+    );
     let metrics = ureq::get(format!("{url}/metrics"))
         .call()
         .unwrap()
         .body_mut()
         .read_to_string()
         .unwrap();
-    assert!(metrics.contains("tm_id=\"tm-1\""), "{metrics}");
+    assert!(
+        metrics.contains("tm_id=\"tm-1\"") && metrics.contains("tm_id=\"tm-2\""),
+        "{metrics}"
+    );
 
     // `weir` takes a savepoint of the cluster's job and stops it.
     let weir = |args: &[&str]| {

@@ -2,7 +2,7 @@
 //!
 //! The environment and its configuration, the stream types, the sources and sinks that need
 //! nothing outside this crate, the malformed-record policy, the function traits with their
-//! contexts, keyed state, and what a run returns. Connectors in other crates have preludes
+//! contexts, keyed state, the metric handles functions register, and what a run returns. Connectors in other crates have preludes
 //! of their own (`weir_kafka::prelude`, `weir_postgres::prelude`).
 //!
 //! ```
@@ -53,6 +53,7 @@ pub use crate::connectors::print::PrintSink;
 pub use crate::connectors::sink::{Sink, SinkWriter};
 pub use crate::connectors::source::Source;
 pub use crate::error::{BoxError, WeirError};
+pub use crate::metrics::{Counter, Gauge, MetricGroup};
 pub use crate::record::{Key, Record};
 pub use crate::runtime::job_result::{JobExecutionResult, JobStatus};
 pub use crate::runtime::mini_cluster::JobClient;

@@ -270,6 +270,11 @@ impl CurrentTask {
         Self::with(|m| m.input_queue.set(queued as i64));
     }
 
+    /// Counts `bytes` received over the network.
+    pub(crate) fn received_bytes(bytes: u64) {
+        Self::with(|m| m.bytes_in.inc_by(bytes));
+    }
+
     /// Counts `bytes` sent over the network.
     pub(crate) fn sent_bytes(bytes: usize) {
         Self::with(|m| m.bytes_out.inc_by(bytes as u64));

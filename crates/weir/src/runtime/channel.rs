@@ -136,6 +136,12 @@ impl<T> ChannelReceiver<T> {
         }
     }
 
+    /// Bytes received over the network for this channel (0 for a channel in this process,
+    /// which carries records, not bytes).
+    pub(crate) fn received_bytes(&self) -> u64 {
+        self.credit.as_ref().map_or(0, CreditReturn::received_bytes)
+    }
+
     /// Called after each element taken from `rx`: a remote channel's sender gets a credit.
     #[inline]
     pub(crate) fn consumed(&self) {

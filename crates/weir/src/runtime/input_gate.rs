@@ -42,6 +42,8 @@ pub struct InputGate<T> {
     cancel: CancelToken,
     /// Elements taken since the input queue length was last published.
     since_published: u32,
+    /// Network bytes received, as last added to the task's `numBytesIn`.
+    bytes_published: u64,
 }
 
 impl<T> InputGate<T> {
@@ -61,6 +63,7 @@ impl<T> InputGate<T> {
             open,
             cancel,
             since_published: 0,
+            bytes_published: 0,
         }
     }
 
@@ -103,12 +106,26 @@ impl<T> InputGate<T> {
         self.channels.iter_mut().for_each(|c| c.blocked = false);
     }
 
-    /// Publishes how many elements wait in the gate's channels (`inputQueueLength`).
+    /// Publishes how many elements wait in the gate's channels (`inputQueueLength`) and
+    /// the network bytes received since the last time (`numBytesIn`).
     #[cold]
     fn publish_queue_length(&mut self) {
         self.since_published = 0;
         let queued: usize = self.channels.iter().map(|c| c.receiver.rx.len()).sum();
         CurrentTask::set_input_queue(queued);
+        self.publish_bytes();
+    }
+
+    fn publish_bytes(&mut self) {
+        let received: u64 = self
+            .channels
+            .iter()
+            .map(|c| c.receiver.received_bytes())
+            .sum();
+        if received > self.bytes_published {
+            CurrentTask::received_bytes(received - self.bytes_published);
+            self.bytes_published = received;
+        }
     }
 
     /// The next element of a readable channel, if one is ready now. Channels are visited
@@ -173,6 +190,7 @@ impl<T> InputGate<T> {
         }
         // Nothing is queued: the task waits for input.
         CurrentTask::set_input_queue(0);
+        self.publish_bytes();
         let readable: Vec<usize> = (0..self.channels.len())
             .filter(|&i| self.channels[i].is_readable())
             .collect();

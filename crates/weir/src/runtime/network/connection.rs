@@ -35,10 +35,14 @@ pub trait ChannelInbox: Send {
 
 struct TypedInbox<T> {
     tx: Sender<StreamElement<T>>,
+    /// Bytes received for the channel.
+    received: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<T: DeserializeOwned + Send> ChannelInbox for TypedInbox<T> {
     fn deliver(&self, payload: &[u8]) -> Result<(), String> {
+        self.received
+            .fetch_add(payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let element: StreamElement<T> =
             postcard::from_bytes(payload).map_err(|e| format!("undecodable element: {e}"))?;
         if let StreamElement::Records(batch) = &element {
@@ -62,9 +66,10 @@ pub fn remote_receiver<T: DeserializeOwned + Send + 'static>(
     credit: CreditReturn,
 ) -> (ChannelReceiver<T>, Box<dyn ChannelInbox>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
+    let received = credit.received_counter();
     (
         ChannelReceiver::remote(rx, credit),
-        Box::new(TypedInbox { tx }),
+        Box::new(TypedInbox { tx, received }),
     )
 }
 

@@ -164,12 +164,30 @@ pub struct CreditReturn {
     channel: u32,
     out: Sender<Outbound>,
     link: Arc<LinkState>,
+    /// Bytes of the channel's elements received so far (counted by the connection's
+    /// reader, read by the receiving task for `numBytesIn`).
+    received: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CreditReturn {
     /// Credits of `channel`, written through `out` on the connection `link`.
     pub fn new(channel: u32, out: Sender<Outbound>, link: Arc<LinkState>) -> Self {
-        Self { channel, out, link }
+        Self {
+            channel,
+            out,
+            link,
+            received: Arc::default(),
+        }
+    }
+
+    /// Where the connection counts the bytes it receives for this channel.
+    pub(crate) fn received_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.received.clone()
+    }
+
+    /// Bytes of the channel's elements received so far.
+    pub(crate) fn received_bytes(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The error of a channel whose elements stopped coming: the connection's failure if it
