@@ -193,7 +193,7 @@ async function renderJob(id) {
       <td>${k.num_acknowledged_subtasks}</td><td class="muted">${esc(k.failure_message || k.external_path || "")}</td></tr>`).join("");
   const watermarks = job.vertices.map((v) => `<tr data-testid="watermark-row" data-vertex-id="${esc(v.id)}"><td>${esc(v.name)}</td>
       <td>${fmtWatermark(v.metrics["current-input-watermark"])}</td>
-      <td>${v.metrics["current-input-watermark"] != null && Math.abs(v.metrics["current-input-watermark"]) < 9e18 ? fmtMs(job.now - v.metrics["current-input-watermark"]) : "–"}</td></tr>`).join("");
+      <td data-testid="watermark-lag">${v.metrics["watermark-lag"] != null ? fmtMs(v.metrics["watermark-lag"]) : "–"}</td></tr>`).join("");
   const failures = exceptions.exceptionHistory.entries.map((e) => `<div class="exception" data-testid="exception">${fmtTime(e.timestamp)} ${e.restarted ? "(restarted)" : "(job failed)"}\n${esc(e.exceptionName)}</div>`).join("");
   view.innerHTML = `
     <div class="card" data-testid="job" data-job-id="${esc(job.jid)}">

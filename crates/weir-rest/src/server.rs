@@ -36,16 +36,17 @@ impl std::fmt::Debug for RestServer {
 
 /// The application: API routes, the dashboard, and the token check over both.
 pub fn router(dispatcher: Arc<Dispatcher>, token: Option<&str>) -> Router {
-    let app = api::routes()
-        .merge(dashboard::routes())
-        .with_state(dispatcher);
-    match token {
-        Some(token) => app.layer(axum::middleware::from_fn_with_state(
+    let api = api::routes().with_state(dispatcher.clone());
+    let api = match token {
+        Some(token) => api.layer(axum::middleware::from_fn_with_state(
             RequiredToken(token.into()),
             require_token,
         )),
-        None => app,
-    }
+        None => api,
+    };
+    // The dashboard's page and assets hold no data (a browser cannot send a bearer header
+    // when it navigates); everything they show comes from the API, with the token.
+    api.merge(dashboard::routes().with_state(dispatcher))
 }
 
 impl RestServer {

@@ -277,7 +277,7 @@ fn every_route_answers_in_flinks_shape_against_a_running_job() {
 
     assert_eq!(
         api.get("/taskmanagers")["taskmanagers"][0]["slotsNumber"],
-        2
+        4
     );
     let (status, unknown) = api.call("GET", "/jobs/0123", None);
     assert_eq!(status, 404);
@@ -330,8 +330,29 @@ fn every_route_answers_in_flinks_shape_against_a_running_job() {
     server.stop();
 }
 
+/// What the process logs, kept for the test to read.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn a_request_without_the_token_is_refused() {
+    let logs = CapturedLogs::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .init();
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
     env.generate(10, |i| i).sink_to(DiscardingSink, "discard");
@@ -342,7 +363,12 @@ fn a_request_without_the_token_is_refused() {
         RestConfig::default().with_token("s3cret-token"),
     );
     let mut api = Api::new(&server);
-    for path in ["/jobs", "/metrics", "/", "/openapi.json"] {
+    assert_eq!(
+        api.call("GET", "/", None).0,
+        200,
+        "the dashboard's page holds no data"
+    );
+    for path in ["/jobs", "/metrics", "/openapi.json"] {
         let (status, body) = api.call("GET", path, None);
         assert_eq!(status, 401, "GET {path} without a token: {body}");
         assert!(body.contains("rest.authentication.token"), "{body}");
@@ -353,6 +379,19 @@ fn a_request_without_the_token_is_refused() {
     assert_eq!(api.call("GET", "/jobs", None).0, 401);
     api.token = Some("s3cret-token".into());
     assert_eq!(api.get("/jobs")["jobs"][0]["status"], "FINISHED");
+    // Every refusal is logged, with what was asked and why; the token never is.
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        logged.matches("REST request refused").count(),
+        5,
+        "{logged}"
+    );
+    assert!(
+        logged.contains("path=/metrics") && logged.contains("reason=\"no token\""),
+        "{logged}"
+    );
+    assert!(logged.contains("reason=\"wrong token\""), "{logged}");
+    assert!(!logged.contains("s3cret"), "{logged}");
 }
 
 #[test]

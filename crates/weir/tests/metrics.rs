@@ -103,48 +103,86 @@ fn records_counted_equal_records_processed() {
     }
 }
 
+/// A sink that takes 200 µs per record, as a slow database would.
+#[derive(Clone)]
+struct SlowSink;
+
+struct SlowWriter;
+
+impl Sink<u64> for SlowSink {
+    type Writer = SlowWriter;
+    fn commits_on_checkpoint_completion(&self) -> bool {
+        false
+    }
+    fn create_writer(&self, _context: &RuntimeContext) -> Result<SlowWriter, BoxError> {
+        Ok(SlowWriter)
+    }
+}
+
+impl SinkWriter<u64> for SlowWriter {
+    fn write(&mut self, _record: u64) -> Result<(), BoxError> {
+        std::thread::sleep(Duration::from_micros(200));
+        Ok(())
+    }
+    fn flush(&mut self, _end_of_input: bool) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
 #[test]
-fn backpressure_shows_behind_a_slow_operator() {
+fn backpressure_shows_when_a_sink_is_slowed() {
     let env = StreamExecutionEnvironment::new(config(1).with_chaining(false)).unwrap();
     env.from_source(
         GeneratorSource::unbounded(|i| i),
         WatermarkStrategy::no_watermarks(),
         "fast source",
     )
-    .map(|i: u64| {
-        std::thread::sleep(Duration::from_micros(200));
-        i
-    })
-    .name("slow map")
-    .sink_to(DiscardingSink, "discard");
+    .map(|i: u64| i + 1)
+    .name("plus one")
+    .sink_to(SlowSink, "slow sink");
     let client = env.execute_async("backpressured").unwrap();
-    let details = await_details(&client, "the source to be backpressured", |d| {
-        d.vertices.iter().any(|v| {
-            v.name.contains("fast source")
-                && v.metrics
-                    .as_ref()
-                    .is_some_and(|m| m.backpressure_level() == BackpressureLevel::High)
-        })
-    });
-    let map = vertex(&details, "slow map").metrics.clone().unwrap();
+    // The slow sink holds back the map, and the map the source.
+    let details = await_details(
+        &client,
+        "the map and the source to be backpressured, the sink's queue full",
+        |d| {
+            vertex(d, "slow sink")
+                .subtasks
+                .first()
+                .is_some_and(|s| s.sample.input_queue > 0)
+                && ["fast source", "plus one"].iter().all(|name| {
+                    d.vertices.iter().any(|v| {
+                        v.name.contains(name)
+                            && v.metrics
+                                .as_ref()
+                                .is_some_and(|m| m.backpressure_level() == BackpressureLevel::High)
+                    })
+                })
+        },
+    );
+    let sink = vertex(&details, "slow sink").metrics.clone().unwrap();
     assert!(
-        map.rates.busy_time_ms_per_second > 500.0,
-        "the slow map is busy: {map:?}"
+        sink.rates.busy_time_ms_per_second > 500.0,
+        "the slow sink is busy: {sink:?}"
     );
     assert_eq!(
-        map.backpressure_level(),
+        sink.backpressure_level(),
         BackpressureLevel::Ok,
-        "nothing holds the map back: {map:?}"
+        "nothing holds the sink back: {sink:?}"
+    );
+    assert!(
+        sink.rates.idle_time_ms_per_second < 500.0,
+        "the sink never waits for input: {sink:?}"
     );
     let source = vertex(&details, "fast source");
     assert!(
         source.subtasks[0].sample.output_queue > 0,
         "the source's output queue fills: {source:?}"
     );
-    let sink = vertex(&details, "discard").metrics.clone().unwrap();
+    let sink_task = &vertex(&details, "slow sink").subtasks[0].sample;
     assert!(
-        sink.rates.idle_time_ms_per_second > 500.0,
-        "the sink waits for input: {sink:?}"
+        sink_task.input_queue > 0,
+        "the sink's input queue fills: {sink_task:?}"
     );
     assert_eq!(details.state, JobState::Running);
     client.cancel().unwrap();
@@ -277,4 +315,79 @@ fn skipped_malformed_records_are_counted_live() {
         ),
         Some(2)
     );
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn watermarks_are_published_per_vertex_and_operator() {
+    // Events stamped five seconds in the past: the watermark trails processing time by
+    // about that much.
+    let env = StreamExecutionEnvironment::new(
+        config(1).with_auto_watermark_interval(Duration::from_millis(20)),
+    )
+    .unwrap();
+    env.from_source(
+        GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+            .with_timestamp_assigner(|_: &u64, _| now_millis() - 5_000),
+        "late events",
+    )
+    .key_by(|i: &u64| i % 4)
+    .reduce(|a: u64, b: u64| a.wrapping_add(b))
+    .name("sums")
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("watermarked").unwrap();
+    let details = await_details(&client, "a watermark downstream", |d| {
+        d.vertices.iter().any(|v| {
+            v.name.contains("sums") && v.metrics.as_ref().is_some_and(|m| m.watermark.is_some())
+        })
+    });
+    let now = now_millis();
+    let sums = vertex(&details, "sums");
+    let watermark = sums.metrics.as_ref().unwrap().watermark.unwrap();
+    assert!(
+        (now - 8_000..now - 4_000).contains(&watermark),
+        "the watermark trails by ~5 s: {}",
+        now - watermark
+    );
+    let operator = sums.subtasks[0]
+        .sample
+        .operators
+        .iter()
+        .find(|o| o.name == "sums")
+        .unwrap();
+    assert!(operator.watermark.is_some());
+    client.cancel().unwrap();
+}
+
+#[test]
+fn a_starved_task_is_idle_while_it_waits() {
+    let env = StreamExecutionEnvironment::new(config(1)).unwrap();
+    env.from_source(
+        GeneratorSource::unbounded(|i| i).with_rate_limit(5.0),
+        WatermarkStrategy::no_watermarks(),
+        "trickle",
+    )
+    .key_by(|i: &u64| i % 2)
+    .reduce(|a: u64, b: u64| a.wrapping_add(b))
+    .name("sums")
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("starved").unwrap();
+    // Wait until two samples a second apart exist, so that rates cover waits in progress.
+    std::thread::sleep(Duration::from_millis(1500));
+    let details = await_details(&client, "the starved task to be idle", |d| {
+        vertex(d, "sums")
+            .metrics
+            .as_ref()
+            .is_some_and(|m| m.rates.idle_time_ms_per_second > 800.0)
+    });
+    let sums = vertex(&details, "sums").metrics.clone().unwrap();
+    assert!(sums.rates.busy_time_ms_per_second < 200.0, "{sums:?}");
+    client.cancel().unwrap();
 }

@@ -161,10 +161,23 @@ pub struct VertexIoMetrics {
         skip_serializing_if = "Option::is_none"
     )]
     pub watermark: Option<i64>,
+    /// How far the watermark is behind processing time, in milliseconds (absent without a
+    /// watermark, or once the input has ended and it is at the end of time).
+    #[serde(rename = "watermark-lag", skip_serializing_if = "Option::is_none")]
+    pub watermark_lag: Option<i64>,
+}
+
+/// How far `watermark` is behind `now` (both milliseconds since the Unix epoch), for a
+/// watermark that is a point in time rather than the start or the end of time.
+fn watermark_lag(watermark: Option<i64>, now: u64) -> Option<i64> {
+    const END_OF_TIME: i64 = i64::MAX / 2;
+    watermark
+        .filter(|w| (-END_OF_TIME..END_OF_TIME).contains(w))
+        .map(|w| (now as i64).saturating_sub(w))
 }
 
 impl VertexIoMetrics {
-    fn of_vertex(m: &VertexMetrics) -> Self {
+    fn of_vertex(m: &VertexMetrics, now: u64) -> Self {
         Self {
             read_records: m.records_in,
             write_records: m.records_out,
@@ -176,10 +189,11 @@ impl VertexIoMetrics {
             idle_time_ms_per_second: m.rates.idle_time_ms_per_second,
             backpressured_time_ms_per_second: m.rates.back_pressured_time_ms_per_second,
             watermark: m.watermark,
+            watermark_lag: watermark_lag(m.watermark, now),
         }
     }
 
-    fn of_subtask(s: &StoredSubtask) -> Self {
+    fn of_subtask(s: &StoredSubtask, now: u64) -> Self {
         Self {
             read_records: s.sample.records_in,
             write_records: s.sample.records_out,
@@ -191,6 +205,7 @@ impl VertexIoMetrics {
             idle_time_ms_per_second: s.rates.idle_time_ms_per_second,
             backpressured_time_ms_per_second: s.rates.back_pressured_time_ms_per_second,
             watermark: s.sample.input_watermark,
+            watermark_lag: watermark_lag(s.sample.input_watermark, now),
         }
     }
 }
@@ -271,8 +286,8 @@ impl JobSummary {
 }
 
 impl JobVertexInfo {
-    /// The vertex `v`.
-    pub fn of(v: &VertexDetails) -> Self {
+    /// The vertex `v` at `now`.
+    pub fn of(v: &VertexDetails, now: u64) -> Self {
         let metrics = v.metrics.clone().unwrap_or_default();
         Self {
             id: v.id.to_string(),
@@ -280,7 +295,7 @@ impl JobVertexInfo {
             parallelism: v.parallelism,
             operators: v.operators.clone(),
             status: vertex_status(v).into(),
-            metrics: VertexIoMetrics::of_vertex(&metrics),
+            metrics: VertexIoMetrics::of_vertex(&metrics, now),
             backpressure_level: level_name(metrics.backpressure_level()).into(),
         }
     }
@@ -298,7 +313,11 @@ impl JobDetailsInfo {
             duration: duration(details, now),
             now,
             num_restarts: details.metrics.restarts,
-            vertices: details.vertices.iter().map(JobVertexInfo::of).collect(),
+            vertices: details
+                .vertices
+                .iter()
+                .map(|v| JobVertexInfo::of(v, now))
+                .collect(),
         }
     }
 }
@@ -378,15 +397,15 @@ pub struct NamedValue {
 }
 
 impl SubtaskInfo {
-    /// The subtask `s`.
-    pub fn of(s: &StoredSubtask) -> Self {
+    /// The subtask `s` at `now`.
+    pub fn of(s: &StoredSubtask, now: u64) -> Self {
         Self {
             subtask: s.sample.subtask,
             status: subtask_state(s).into(),
             attempt: s.sample.attempt,
             taskmanager_id: s.taskmanager.clone().unwrap_or_else(|| "local".into()),
             duration: s.sample.uptime_ms,
-            metrics: VertexIoMetrics::of_subtask(s),
+            metrics: VertexIoMetrics::of_subtask(s, now),
             input_queue_length: s.sample.input_queue,
             output_queue_length: s.sample.output_queue,
             backpressure_level: level_name(BackpressureLevel::of(
@@ -430,7 +449,7 @@ impl VertexDetailsInfo {
             name: v.name.clone(),
             parallelism: v.parallelism,
             now,
-            subtasks: v.subtasks.iter().map(SubtaskInfo::of).collect(),
+            subtasks: v.subtasks.iter().map(|s| SubtaskInfo::of(s, now)).collect(),
         }
     }
 }

@@ -169,6 +169,13 @@ impl MetricStore {
             if previous.is_some_and(|p| p.attempt > sample.attempt) {
                 continue; // a late sample of an earlier run
             }
+            // The same sample again (a TaskManager's, read twice between two heartbeats):
+            // the rates of its interval stand.
+            if previous
+                .is_some_and(|p| p.attempt == sample.attempt && p.uptime_ms == sample.uptime_ms)
+            {
+                continue;
+            }
             let rates = rates(previous, &sample);
             self.subtasks.insert(
                 key,
@@ -298,6 +305,12 @@ mod tests {
         assert_eq!(s.rates.back_pressured_time_ms_per_second, 600.0);
         assert_eq!(s.rates.busy_time_ms_per_second, 300.0);
         assert_eq!(s.taskmanager.as_deref(), Some("tm-1"));
+        // The same sample read again (between two heartbeats) keeps the interval's rates.
+        store.update(vec![sample(0, 1, 3000, 4500, 400, 1200)], Some("tm-1"));
+        assert_eq!(
+            store.subtasks().next().unwrap().rates.records_in_per_second,
+            2000.0
+        );
         // A new attempt starts over; a late sample of the old one is ignored.
         store.update(vec![sample(0, 2, 1000, 100, 0, 0)], None);
         store.update(vec![sample(0, 1, 4000, 9000, 0, 0)], None);

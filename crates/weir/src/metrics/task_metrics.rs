@@ -93,6 +93,11 @@ pub struct TaskMetrics {
     ended_ms: std::sync::atomic::AtomicU64,
     /// Nanoseconds spent waiting for input.
     pub(crate) idle_ns: Counter,
+    /// The wait in progress, so that a sample counts a wait that has not ended (as Flink's
+    /// `TimerGauge`): its kind (0 none, 1 idle, 2 backpressured) and its start, in
+    /// nanoseconds since the task started.
+    waiting: AtomicU8,
+    waiting_since_ns: std::sync::atomic::AtomicU64,
     /// Nanoseconds spent waiting for room (or credit) downstream.
     pub(crate) backpressured_ns: Counter,
     /// Records the task's record writers sent downstream.
@@ -121,6 +126,8 @@ impl TaskMetrics {
             state: AtomicU8::new(RUNNING),
             ended_ms: std::sync::atomic::AtomicU64::new(0),
             idle_ns: Counter::default(),
+            waiting: AtomicU8::new(0),
+            waiting_since_ns: std::sync::atomic::AtomicU64::new(0),
             backpressured_ns: Counter::default(),
             records_out: Counter::default(),
             bytes_in: Counter::default(),
@@ -186,6 +193,17 @@ impl TaskMetrics {
             }
         });
         let input_watermark = operators.first().and_then(|head| head.watermark);
+        // A wait still going on counts up to now.
+        let waiting = self.waiting.load(Ordering::Relaxed);
+        let since = self.waiting_since_ns.load(Ordering::Relaxed);
+        let now = self.started.elapsed().as_nanos() as u64;
+        let in_progress = |kind: u8| {
+            if waiting == kind {
+                now.saturating_sub(since)
+            } else {
+                0
+            }
+        };
         let state = match self.state.load(Ordering::Relaxed) {
             FINISHED => SubtaskState::Finished,
             FAILED => SubtaskState::Failed,
@@ -206,8 +224,8 @@ impl TaskMetrics {
             records_out: self.records_out.get(),
             bytes_in: self.bytes_in.get(),
             bytes_out: self.bytes_out.get(),
-            idle_ms: self.idle_ns.get() / 1_000_000,
-            backpressured_ms: self.backpressured_ns.get() / 1_000_000,
+            idle_ms: (self.idle_ns.get() + in_progress(1)) / 1_000_000,
+            backpressured_ms: (self.backpressured_ns.get() + in_progress(2)) / 1_000_000,
             input_queue: self.input_queue.get().max(0) as u64,
             output_queue: self.output_queue.get().max(0) as u64,
             input_watermark,
@@ -246,23 +264,38 @@ impl CurrentTask {
         });
     }
 
-    /// Runs `wait`, a blocking wait for input, and counts its time as idle.
-    pub(crate) fn idle<R>(wait: impl FnOnce() -> R) -> R {
+    /// Runs `wait`, a blocking wait of `kind` (1 idle, 2 backpressured), and counts its
+    /// time; while it lasts, samples see it in progress.
+    fn timed<R>(kind: u8, wait: impl FnOnce() -> R) -> R {
+        Self::with(|m| {
+            let since = m.started.elapsed().as_nanos() as u64;
+            m.waiting_since_ns.store(since, Ordering::Relaxed);
+            m.waiting.store(kind, Ordering::Relaxed);
+        });
         let started = Instant::now();
         let result = wait();
         let spent = started.elapsed().as_nanos() as u64;
-        Self::with(|m| m.idle_ns.inc_by(spent));
+        Self::with(|m| {
+            // The counter first: a sample in between may count the end twice, never miss it.
+            if kind == 1 {
+                m.idle_ns.inc_by(spent);
+            } else {
+                m.backpressured_ns.inc_by(spent);
+            }
+            m.waiting.store(0, Ordering::Relaxed);
+        });
         result
+    }
+
+    /// Runs `wait`, a blocking wait for input, and counts its time as idle.
+    pub(crate) fn idle<R>(wait: impl FnOnce() -> R) -> R {
+        Self::timed(1, wait)
     }
 
     /// Runs `wait`, a blocking wait for room downstream, and counts its time as
     /// backpressured.
     pub(crate) fn backpressured<R>(wait: impl FnOnce() -> R) -> R {
-        let started = Instant::now();
-        let result = wait();
-        let spent = started.elapsed().as_nanos() as u64;
-        Self::with(|m| m.backpressured_ns.inc_by(spent));
-        result
+        Self::timed(2, wait)
     }
 
     /// Publishes the number of elements waiting in the task's input channels.

@@ -9,7 +9,7 @@ use crate::runtime::channel::{CancelToken, ChannelReceiver};
 use crate::runtime::stream_element::StreamElement;
 
 /// How many elements a gate hands out between two publications of its queue length.
-const QUEUE_SAMPLE_EVERY: u32 = 64;
+const QUEUE_SAMPLE_EVERY: u32 = 8;
 
 /// What a blocking read of the gate yields.
 #[derive(Debug, PartialEq)]

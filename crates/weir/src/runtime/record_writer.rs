@@ -98,10 +98,8 @@ impl<T: Record> RecordWriter<T> {
             &mut self.buffers[channel],
             RecordBatch::with_capacity(self.batch_size),
         );
-        let records = batch.len() as u64;
         self.channels[channel].send(StreamElement::Records(batch), &self.cancel)?;
         if let Some(metrics) = &self.metrics {
-            metrics.records_out.inc_by(records);
             // One channel's queue per batch: the gauge is the sum of every channel's last
             // known length, kept up to date by deltas.
             let queued = self.channels[channel].queued() as i64;
@@ -185,6 +183,10 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
         let batch = batch.downcast_mut::<RecordBatch<T>>().ok_or_else(|| {
             TaskError::Internal("a record writer received records of another type".into())
         })?;
+        // Records leaving the task, once each: a broadcast sends each on every channel.
+        if let Some(metrics) = &self.metrics {
+            metrics.records_out.inc_by(batch.len() as u64);
+        }
         if batch.has_timestamps() {
             for (record, timestamp) in batch.drain() {
                 self.collect(record, timestamp)?;

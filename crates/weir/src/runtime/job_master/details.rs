@@ -140,6 +140,10 @@ pub(super) struct Published {
 
 impl JobMaster {
     fn state(&self) -> JobState {
+        // A job whose end is decided is over, whatever phase the loop was in.
+        if self.failed.is_some() || matches!(self.outcome, Some(Err(_))) {
+            return JobState::Failed;
+        }
         match &self.phase {
             JobPhase::WaitingForResources { .. } => JobState::Created,
             JobPhase::Deploying { .. }
