@@ -1,4 +1,4 @@
-//! Consumer lag per partition: librdkafka reports each partition's high watermark in its
+//! Consumer lag per partition: librdkafka reports each partition's last stable offset in its
 //! statistics (every second, on the reader's own poll), and the reader knows its position;
 //! their difference is published as the source's `recordsLag` gauge per topic and partition,
 //! with `currentOffset` beside it and `pendingRecords` (FLIP-33) summed over them.
@@ -30,9 +30,11 @@ impl ClientContext for LagContext {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (topic, stats) in statistics.topics {
             for (partition, p) in stats.partitions {
-                // -1001 is librdkafka's "internal" partition; -1 an unknown offset.
-                if partition >= 0 && p.hi_offset >= 0 {
-                    high.insert((topic.clone(), partition), p.hi_offset);
+                // The reader reads committed records only: its end is the last stable offset
+                // (records of open transactions are not yet readable). -1001 is
+                // librdkafka's "internal" partition; -1 an unknown offset.
+                if partition >= 0 && p.ls_offset >= 0 {
+                    high.insert((topic.clone(), partition), p.ls_offset);
                 }
             }
         }

@@ -110,8 +110,25 @@ impl<T> KafkaSourceReader<T> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
+        // The consumer's position passes transaction markers, which hand out no record:
+        // after a committed transaction the last record's offset + 1 is one short of the end.
+        let mut positions: BTreeMap<(String, i32), i64> = self
+            .splits
+            .iter()
+            .map(|(k, s)| (k.clone(), s.next_offset))
+            .collect();
+        if let Ok(list) = self.consumer.position() {
+            for element in list.elements() {
+                if let (Some(at), Offset::Offset(position)) = (
+                    positions.get_mut(&(element.topic().to_string(), element.partition())),
+                    element.offset(),
+                ) {
+                    *at = (*at).max(position);
+                }
+            }
+        }
         self.lag
-            .update(self.splits.iter().map(|(k, s)| (k, s.next_offset)), &high);
+            .update(positions.iter().map(|(k, v)| (k, *v)), &high);
     }
 
     fn reassign(&mut self) -> Result<(), KafkaError> {
