@@ -135,23 +135,32 @@ impl MetricGroup {
 
     /// The counter `name` of this group, registered on first use.
     pub fn counter(&self, name: impl Into<String>) -> Counter {
-        match self.register(name.into(), || UserMetric::Counter(Counter::default())) {
+        let name = name.into();
+        match self.register(&name, || UserMetric::Counter(Counter::default())) {
             UserMetric::Counter(counter) => counter,
             // The name is taken by a gauge: a working counter that is not reported beats
             // failing the job over a metric.
-            UserMetric::Gauge(_) => Counter::default(),
+            UserMetric::Gauge(_) => {
+                tracing::warn!(metric = %name, "a gauge has this name; the counter is not reported");
+                Counter::default()
+            }
         }
     }
 
     /// The gauge `name` of this group, registered on first use.
     pub fn gauge(&self, name: impl Into<String>) -> Gauge {
-        match self.register(name.into(), || UserMetric::Gauge(Gauge::default())) {
+        let name = name.into();
+        match self.register(&name, || UserMetric::Gauge(Gauge::default())) {
             UserMetric::Gauge(gauge) => gauge,
-            UserMetric::Counter(_) => Gauge::default(),
+            UserMetric::Counter(_) => {
+                tracing::warn!(metric = %name, "a counter has this name; the gauge is not reported");
+                Gauge::default()
+            }
         }
     }
 
-    fn register(&self, name: String, make: impl FnOnce() -> UserMetric) -> UserMetric {
+    /// The metric registered as `name` with this group's labels, or a new one from `make`.
+    fn register(&self, name: &str, make: impl FnOnce() -> UserMetric) -> UserMetric {
         let mut metrics = self
             .metrics
             .lock()
@@ -160,19 +169,12 @@ impl MetricGroup {
             .iter()
             .find(|m| m.name == name && m.labels == self.labels)
         {
-            if matches!(
-                (&found.metric, &make()),
-                (UserMetric::Counter(_), UserMetric::Gauge(_))
-                    | (UserMetric::Gauge(_), UserMetric::Counter(_))
-            ) {
-                tracing::warn!(metric = %name, "a metric of another kind has this name; the new one is not reported");
-            }
             return found.metric.clone();
         }
         let metric = make();
         metrics.push(RegisteredMetric {
             labels: self.labels.clone(),
-            name,
+            name: name.to_string(),
             metric: metric.clone(),
         });
         metric

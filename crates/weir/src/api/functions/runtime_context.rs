@@ -132,7 +132,8 @@ impl RuntimeContext {
 
     /// Where the function registers its metrics (Flink's
     /// `getRuntimeContext().getMetricGroup()`); they are reported with the operator's, to
-    /// the REST API and Prometheus.
+    /// the REST API and Prometheus. Looking a metric up takes a lock: on a hot path, keep
+    /// the handle it returns (handles are cheap clones of one atomic).
     ///
     /// ```
     /// use weir::prelude::*;
