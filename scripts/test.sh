@@ -29,7 +29,11 @@ for component in rustfmt clippy; do
     fi
 done
 
+# A clean clone builds everything once: incremental-compilation caches would only take disk
+# (several GB over the workspace's test binaries) on machines where disk can be short.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 log "toolchain: $(cargo --version)"
+log "disk free before the build: $(df -h --output=avail . | tail -n 1 | tr -d ' ')"
 if ! command -v chromium >/dev/null 2>&1; then
     log "installing headless Chromium (Debian's package) for the dashboard's browser test"
     apt-get update -qq
@@ -67,3 +71,4 @@ log "documentation tests"
 cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"
 cargo nextest run --workspace --locked
+log "disk used by target/: $(du -sh target | cut -f1); free: $(df -h --output=avail . | tail -n 1 | tr -d ' ')"

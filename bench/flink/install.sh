@@ -22,5 +22,5 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata
 fi
 echo "installing apache-flink==$version into $venv (about 850 MB, a minute or two)" >&2
 python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "apache-flink==$version" >&2
+"$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "apache-flink==$version" >&2
 echo "$venv/bin/python"
