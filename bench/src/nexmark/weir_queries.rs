@@ -174,16 +174,19 @@ impl KeyedProcessFunction<i64, AuctionBid, AuctionBid> for WinningBid {
         ctx: &mut KeyedContext<'_, i64>,
         _out: &mut Collector<'_, AuctionBid>,
     ) -> Result<(), BoxError> {
-        match self.best.get_mut(ctx)? {
+        // The first bid of an auction comes back out to be stored with its timer.
+        let first = self.best.update_with(ctx, |best| match best {
             Some(best) => {
                 if (bid.price, -bid.bid_time) > (best.price, -best.bid_time) {
                     *best = bid;
                 }
+                None
             }
-            None => {
-                ctx.timer_service().register_event_time_timer(bid.expires)?;
-                self.best.update(ctx, bid)?;
-            }
+            None => Some(bid),
+        })?;
+        if let Some(bid) = first {
+            ctx.timer_service().register_event_time_timer(bid.expires)?;
+            self.best.update(ctx, bid)?;
         }
         Ok(())
     }

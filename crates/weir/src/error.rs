@@ -149,6 +149,24 @@ pub enum StateError {
         /// The owned range, rendered.
         range: String,
     },
+    /// A state file could not be written to or read from checkpoint storage.
+    #[error("state file `{file}`: {reason}")]
+    Storage {
+        /// The file, relative to its checkpoint's location.
+        file: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A state backend's engine failed.
+    #[error("state backend `{backend}` failed to {operation}: {reason}")]
+    Backend {
+        /// The backend (`state.backend.type`).
+        backend: &'static str,
+        /// What it was doing.
+        operation: &'static str,
+        /// The engine's error.
+        reason: String,
+    },
     /// A state name was registered twice with different value types.
     #[error("state `{state}` is already registered with value type {existing}, not {requested}")]
     TypeMismatch {

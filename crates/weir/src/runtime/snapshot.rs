@@ -6,14 +6,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::coordinator::Acknowledgement;
-use crate::checkpoint::metadata::{KeyedStateHandle, ListStateEntry, OperatorSubtaskState};
+use crate::checkpoint::metadata::{ListStateEntry, OperatorSubtaskState};
 use crate::checkpoint::stats::SubtaskCheckpointStats;
 use crate::error::{panic_message, TaskError};
 use crate::graph::ids::NodeId;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::task::{TaskControl, TaskEnvironment, TaskEvent};
-use crate::state::keyed_state_snapshot::{KeyGroupBlock, KeyedStateSnapshot};
+use crate::state::backend::{KeyedBackendSnapshot, SnapshotOutput};
+use crate::state::keyed_state_snapshot::KeyGroupBlock;
 
 /// What a checkpoint notification says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -28,8 +29,8 @@ pub enum CheckpointNotification {
 pub struct OperatorSnapshot {
     /// The operator.
     pub node: NodeId,
-    /// Keyed state, written asynchronously.
-    pub keyed: Option<KeyedStateSnapshot>,
+    /// Keyed state, written asynchronously by its backend.
+    pub keyed: Option<Box<dyn KeyedBackendSnapshot>>,
     /// Operator list states (already serialized).
     pub lists: Vec<ListStateEntry>,
 }
@@ -208,6 +209,29 @@ pub fn checkpoint_chain(
         .map_err(|e| TaskError::Internal(format!("cannot start snapshot thread: {e}")))
 }
 
+/// Where an operator subtask's keyed state files go: its checkpoint's location, under names
+/// that start with the operator and subtask.
+struct StorageOutput<'a> {
+    storage: &'a dyn crate::checkpoint::storage::CheckpointStorage,
+    location: &'a str,
+    stem: String,
+}
+
+impl SnapshotOutput for StorageOutput<'_> {
+    fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), crate::error::StateError> {
+        self.storage
+            .write_file(self.location, name, bytes)
+            .map_err(|e| crate::error::StateError::Storage {
+                file: name.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    fn file_name(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.stem)
+    }
+}
+
 /// The asynchronous part: writes keyed state files and assembles the subtask states.
 fn write_snapshots(
     storage: &dyn crate::checkpoint::storage::CheckpointStorage,
@@ -219,16 +243,12 @@ fn write_snapshots(
     for snapshot in snapshots {
         let keyed = match snapshot.keyed {
             Some(keyed) => {
-                let (bytes, key_groups) = keyed.write().map_err(|e| e.to_string())?;
-                if key_groups.is_empty() {
-                    None
-                } else {
-                    let file = format!("{}-{subtask}.keyed", snapshot.node);
-                    storage
-                        .write_file(location, &file, &bytes)
-                        .map_err(|e| e.to_string())?;
-                    Some(KeyedStateHandle { file, key_groups })
-                }
+                let mut output = StorageOutput {
+                    storage,
+                    location,
+                    stem: format!("{}-{subtask}", snapshot.node),
+                };
+                keyed.write(&mut output).map_err(|e| e.to_string())?
             }
             None => None,
         };

@@ -103,6 +103,13 @@ impl KeyGroupAssigner {
         self.max_parallelism
     }
 
+    /// The bytes of the key last passed to [`key_group`](Self::key_group): its postcard
+    /// encoding, which byte-level state backends store it as.
+    #[inline]
+    pub fn last_key_bytes(&self) -> &[u8] {
+        &self.scratch
+    }
+
     /// The key group of `key`.
     #[inline]
     pub fn key_group<K: Serialize + ?Sized>(&mut self, key: &K) -> Result<u32, StateError> {

@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::checkpoint::metadata::KeyGroupEntry;
+use crate::checkpoint::metadata::{KeyGroupEntry, KeyedStateHandle};
 use crate::error::StateError;
+use crate::state::backend::{KeyedBackendSnapshot, SnapshotOutput};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed_state_table::StateTableSnapshot;
 
@@ -67,6 +68,21 @@ impl KeyedStateSnapshot {
             });
         }
         Ok((file, entries))
+    }
+}
+
+impl KeyedBackendSnapshot for KeyedStateSnapshot {
+    fn write(
+        self: Box<Self>,
+        output: &mut dyn SnapshotOutput,
+    ) -> Result<Option<KeyedStateHandle>, StateError> {
+        let (bytes, key_groups) = KeyedStateSnapshot::write(&self)?;
+        if key_groups.is_empty() {
+            return Ok(None);
+        }
+        let file = output.file_name(".keyed");
+        output.write_file(&file, &bytes)?;
+        Ok(Some(KeyedStateHandle { file, key_groups }))
     }
 }
 

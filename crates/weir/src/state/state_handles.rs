@@ -11,8 +11,11 @@ use std::marker::PhantomData;
 use crate::api::functions::{AggregateFunction, KeyedContext};
 use crate::error::StateError;
 use crate::record::Key;
-use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+use crate::state::backend::StateKind;
+use crate::state::heap_keyed_state_backend::KeyGroupSlot;
+use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::keyed_state_table::{StateTable, StateValue};
+use crate::state::serialized_keyed_state::SerializedKeyedState;
 use crate::state::ttl::StateTtlConfig;
 
 /// Name of a state plus the index it resolved to in the last backend it was used with.
@@ -40,31 +43,61 @@ impl HandleCore {
         }
     }
 
-    fn table<'c, K: Key, S: StateValue>(
+    /// The index of this state in `store`, registering it (as `kind`, with per-key value
+    /// `S`) the first time the handle meets the store.
+    #[inline]
+    fn index<K: Key, S: StateValue>(
         &self,
-        backend: &'c mut HeapKeyedStateBackend<K>,
-    ) -> Result<&'c mut StateTable<K, S>, StateError> {
-        let index = match self.resolved.get() {
-            Some((id, index)) if id == backend.id() => index,
+        store: &mut KeyedStateStore<K>,
+        kind: StateKind,
+    ) -> Result<usize, StateError> {
+        match self.resolved.get() {
+            Some((id, index)) if id == store.id() => Ok(index),
             _ => {
-                let index = backend.register_with_ttl::<S>(&self.name, self.ttl.clone())?;
-                self.resolved.set(Some((backend.id(), index)));
-                index
+                let index = store.register::<S>(&self.name, kind, self.ttl.clone())?;
+                self.resolved.set(Some((store.id(), index)));
+                Ok(index)
             }
-        };
-        backend.table_mut::<S>(index)
+        }
+    }
+
+    /// The index of this map state in `store`, registering it the first time.
+    #[inline]
+    fn map_index<K: Key, UK, UV>(&self, store: &mut KeyedStateStore<K>) -> Result<usize, StateError>
+    where
+        UK: StateValue + Hash + Eq,
+        UV: StateValue,
+    {
+        match self.resolved.get() {
+            Some((id, index)) if id == store.id() => Ok(index),
+            _ => {
+                let index = store.register_map::<UK, UV>(&self.name, self.ttl.clone())?;
+                self.resolved.set(Some((store.id(), index)));
+                Ok(index)
+            }
+        }
     }
 }
 
-/// Runs `f` on the current key's slot of the state table behind `core`.
-fn with_table<K: Key, S: StateValue, R>(
-    core: &HandleCore,
-    ctx: &mut KeyedContext<'_, K>,
-    f: impl FnOnce(&mut StateTable<K, S>, usize, &K) -> R,
-) -> Result<R, StateError> {
-    let (key, group) = (ctx.key, ctx.slot.index);
-    let table = core.table::<K, S>(ctx.backend)?;
-    Ok(f(table, group, key))
+/// The current key's state, as the store keeps it: on the heap, the typed table and the
+/// key group's index in it (the fast path, accessed in place); otherwise the byte-level store
+/// and the key's slot.
+enum Access<'a, K, S> {
+    Heap(&'a mut StateTable<K, S>, usize),
+    Serialized(&'a mut SerializedKeyedState<K>, KeyGroupSlot),
+}
+
+/// The state `index` (per-key value `S`) of the current key of `ctx`, and that key.
+#[inline]
+fn access<'a, K: Key, S: StateValue>(
+    index: usize,
+    ctx: &'a mut KeyedContext<'_, K>,
+) -> Result<(Access<'a, K, S>, &'a K), StateError> {
+    let (key, slot) = (ctx.key, ctx.slot);
+    Ok(match ctx.backend {
+        KeyedStateStore::Heap(h) => (Access::Heap(h.table_mut::<S>(index)?, slot.index), key),
+        KeyedStateStore::Serialized(s) => (Access::Serialized(s, slot), key),
+    })
 }
 
 /// A keyed state handle: a state declared by name whose keys can be visited, for instance
@@ -73,45 +106,26 @@ fn with_table<K: Key, S: StateValue, R>(
 pub trait KeyedState {
     /// The state's name.
     fn state_name(&self) -> &str;
-    /// Every key that has a value in this state in `backend`, with its key group slot.
+    /// Every key that has a value in this state in `store`, with its key group slot.
     fn keys<K: Key>(
         &self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        store: &mut KeyedStateStore<K>,
     ) -> Result<Vec<(K, KeyGroupSlot)>, StateError>;
-}
-
-/// The keys of the table behind `core`, whose per-key values are `S`.
-fn keys_of<K: Key, S: StateValue>(
-    core: &HandleCore,
-    backend: &mut HeapKeyedStateBackend<K>,
-) -> Result<Vec<(K, KeyGroupSlot)>, StateError> {
-    let start = backend.key_group_range().start;
-    let table = core.table::<K, S>(backend)?;
-    Ok(table
-        .keys()
-        .into_iter()
-        .map(|(index, key)| {
-            let slot = KeyGroupSlot {
-                key_group: start + index as u32,
-                index,
-            };
-            (key, slot)
-        })
-        .collect())
 }
 
 /// Implements [`KeyedState`] for a handle whose per-key value type is `$stored`.
 macro_rules! keyed_state_handle {
-    ($name:ident < $($p:ident),* > stores $stored:ty where $($bounds:tt)*) => {
+    ($name:ident < $($p:ident),* > stores $stored:ty as $kind:ident where $($bounds:tt)*) => {
         impl<$($p),*> KeyedState for $name<$($p),*> where $($bounds)* {
             fn state_name(&self) -> &str {
                 &self.core.name
             }
             fn keys<K: Key>(
                 &self,
-                backend: &mut HeapKeyedStateBackend<K>,
+                store: &mut KeyedStateStore<K>,
             ) -> Result<Vec<(K, KeyGroupSlot)>, StateError> {
-                keys_of::<K, $stored>(&self.core, backend)
+                let index = self.core.index::<K, $stored>(store, StateKind::$kind)?;
+                store.keys::<$stored>(index)
             }
         }
     };
@@ -190,15 +204,23 @@ impl<V: StateValue> ValueState<V> {
     }
     /// The current key's value, if it has one.
     pub fn value<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<V>, StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get_touch(g, k).cloned())
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        match access::<K, V>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok(t.get_touch(g, k).cloned()),
+            (Access::Serialized(s, slot), k) => s.get::<V>(index, StateKind::Value, k, slot),
+        }
     }
-    /// The current key's value, mutable in place.
-    pub fn get_mut<'c, K: Key>(
+    /// Applies `f` to the current key's value (`None` if it has none) and returns what `f`
+    /// returns: in place on the heap backend, with no copy; read, then written back, on a
+    /// byte-level backend. A Rust-only variant of `value` + `update` for values that are
+    /// costly to clone.
+    pub fn update_with<K: Key, R>(
         &self,
-        ctx: &'c mut KeyedContext<'_, K>,
-    ) -> Result<Option<&'c mut V>, StateError> {
-        let (key, group) = (ctx.key, ctx.slot.index);
-        Ok(self.core.table::<K, V>(ctx.backend)?.get_mut(group, key))
+        ctx: &mut KeyedContext<'_, K>,
+        f: impl FnOnce(Option<&mut V>) -> R,
+    ) -> Result<R, StateError> {
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        ctx.backend.modify(index, ctx.key, ctx.slot, f)
     }
     /// Sets the current key's value.
     pub fn update<K: Key>(
@@ -206,13 +228,13 @@ impl<V: StateValue> ValueState<V> {
         ctx: &mut KeyedContext<'_, K>,
         value: V,
     ) -> Result<(), StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.insert(g, k, value))
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        ctx.backend.put(index, ctx.key, ctx.slot, value)
     }
     /// Removes the current key's value.
     pub fn clear<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<(), StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| {
-            t.remove(g, k);
-        })
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        ctx.backend.delete::<V>(index, ctx.key, ctx.slot)
     }
 }
 
@@ -270,16 +292,28 @@ impl<V: StateValue> ListState<V> {
     }
     /// The current key's list (empty if none).
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Vec<V>, StateError> {
-        with_table::<K, Vec<V>, _>(&self.core, ctx, |t, g, k| {
-            t.get_touch(g, k).cloned().unwrap_or_default()
-        })
+        let index = self.core.index::<K, Vec<V>>(ctx.backend, StateKind::List)?;
+        match access::<K, Vec<V>>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok(t.get_touch(g, k).cloned().unwrap_or_default()),
+            (Access::Serialized(s, slot), k) => Ok(s
+                .get::<Vec<V>>(index, StateKind::List, k, slot)?
+                .unwrap_or_default()),
+        }
     }
-    /// Appends a value to the current key's list.
+    /// Appends a value to the current key's list (without reading the list, on a
+    /// byte-level backend).
     pub fn add<K: Key>(&self, ctx: &mut KeyedContext<'_, K>, value: V) -> Result<(), StateError> {
-        with_table::<K, Vec<V>, _>(&self.core, ctx, |t, g, k| match t.get_mut(g, k) {
-            Some(list) => list.push(value),
-            None => t.insert(g, k, vec![value]),
-        })
+        let index = self.core.index::<K, Vec<V>>(ctx.backend, StateKind::List)?;
+        match access::<K, Vec<V>>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
+                match t.get_mut(g, k) {
+                    Some(list) => list.push(value),
+                    None => t.insert(g, k, vec![value]),
+                }
+                Ok(())
+            }
+            (Access::Serialized(s, slot), k) => s.append(index, k, slot, value),
+        }
     }
     /// Replaces the current key's list.
     pub fn update<K: Key>(
@@ -287,19 +321,22 @@ impl<V: StateValue> ListState<V> {
         ctx: &mut KeyedContext<'_, K>,
         values: Vec<V>,
     ) -> Result<(), StateError> {
-        with_table::<K, Vec<V>, _>(&self.core, ctx, |t, g, k| {
-            if values.is_empty() {
-                t.remove(g, k);
-            } else {
+        let index = self.core.index::<K, Vec<V>>(ctx.backend, StateKind::List)?;
+        if values.is_empty() {
+            return ctx.backend.delete::<Vec<V>>(index, ctx.key, ctx.slot);
+        }
+        match access::<K, Vec<V>>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
                 t.insert(g, k, values);
+                Ok(())
             }
-        })
+            (Access::Serialized(s, slot), k) => s.put(index, StateKind::List, k, slot, &values),
+        }
     }
     /// Removes the current key's list.
     pub fn clear<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<(), StateError> {
-        with_table::<K, Vec<V>, _>(&self.core, ctx, |t, g, k| {
-            t.remove(g, k);
-        })
+        let index = self.core.index::<K, Vec<V>>(ctx.backend, StateKind::List)?;
+        ctx.backend.delete::<Vec<V>>(index, ctx.key, ctx.slot)
     }
 }
 
@@ -366,9 +403,11 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         ctx: &mut KeyedContext<'_, K>,
         user_key: &UK,
     ) -> Result<Option<UV>, StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get_touch(g, k).and_then(|m| m.get(user_key).cloned())
-        })
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        match access::<K, HashMap<UK, UV>>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok(t.get_touch(g, k).and_then(|m| m.get(user_key).cloned())),
+            (Access::Serialized(s, slot), k) => s.map_get::<UK, UV>(index, k, slot, user_key),
+        }
     }
     /// Puts `user_value` under `user_key` in the current key's map.
     pub fn put<K: Key>(
@@ -377,12 +416,21 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         user_key: UK,
         user_value: UV,
     ) -> Result<(), StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| match t.get_mut(g, k) {
-            Some(map) => {
-                map.insert(user_key, user_value);
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        match access::<K, HashMap<UK, UV>>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
+                match t.get_mut(g, k) {
+                    Some(map) => {
+                        map.insert(user_key, user_value);
+                    }
+                    None => t.insert(g, k, HashMap::from([(user_key, user_value)])),
+                }
+                Ok(())
             }
-            None => t.insert(g, k, HashMap::from([(user_key, user_value)])),
-        })
+            (Access::Serialized(s, slot), k) => {
+                s.map_put::<UK, UV>(index, k, slot, &user_key, &user_value)
+            }
+        }
     }
     /// Removes `user_key` from the current key's map.
     pub fn remove<K: Key>(
@@ -390,13 +438,17 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         ctx: &mut KeyedContext<'_, K>,
         user_key: &UK,
     ) -> Result<Option<UV>, StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            let removed = t.get_mut(g, k).and_then(|m| m.remove(user_key));
-            if t.get(g, k).is_some_and(HashMap::is_empty) {
-                t.remove(g, k);
-            }
-            removed
-        })
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        match access::<K, HashMap<UK, UV>>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok({
+                let removed = t.get_mut(g, k).and_then(|m| m.remove(user_key));
+                if t.get(g, k).is_some_and(HashMap::is_empty) {
+                    t.remove(g, k);
+                }
+                removed
+            }),
+            (Access::Serialized(s, slot), k) => s.map_remove::<UK, UV>(index, k, slot, user_key),
+        }
     }
     /// Whether the current key's map has `user_key`.
     pub fn contains<K: Key>(
@@ -404,26 +456,36 @@ impl<UK: StateValue + Hash + Eq, UV: StateValue> MapState<UK, UV> {
         ctx: &mut KeyedContext<'_, K>,
         user_key: &UK,
     ) -> Result<bool, StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get_touch(g, k).is_some_and(|m| m.contains_key(user_key))
-        })
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        match access::<K, HashMap<UK, UV>>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
+                Ok(t.get_touch(g, k).is_some_and(|m| m.contains_key(user_key)))
+            }
+            (Access::Serialized(s, slot), k) => {
+                Ok(s.map_get::<UK, UV>(index, k, slot, user_key)?.is_some())
+            }
+        }
     }
     /// All entries of the current key's map.
     pub fn entries<K: Key>(
         &self,
         ctx: &mut KeyedContext<'_, K>,
     ) -> Result<Vec<(UK, UV)>, StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.get_touch(g, k)
-                .map(|m| m.iter().map(|(a, b)| (a.clone(), b.clone())).collect())
-                .unwrap_or_default()
-        })
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        match access::<K, HashMap<UK, UV>>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok({
+                t.get_touch(g, k)
+                    .map(|m| m.iter().map(|(a, b)| (a.clone(), b.clone())).collect())
+                    .unwrap_or_default()
+            }),
+            (Access::Serialized(s, slot), k) => s.map_entries::<UK, UV>(index, k, slot),
+        }
     }
     /// Removes the current key's map.
     pub fn clear<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<(), StateError> {
-        with_table::<K, HashMap<UK, UV>, _>(&self.core, ctx, |t, g, k| {
-            t.remove(g, k);
-        })
+        let index = self.core.map_index::<K, UK, UV>(ctx.backend)?;
+        ctx.backend
+            .delete::<HashMap<UK, UV>>(index, ctx.key, ctx.slot)
     }
 }
 
@@ -488,21 +550,37 @@ impl<V: StateValue, F: Fn(V, V) -> V> ReducingState<V, F> {
     }
     /// The current key's reduced value.
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<V>, StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| t.get_touch(g, k).cloned())
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        match access::<K, V>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok(t.get_touch(g, k).cloned()),
+            (Access::Serialized(s, slot), k) => s.get::<V>(index, StateKind::Value, k, slot),
+        }
     }
     /// Folds `value` into the current key's value.
     pub fn add<K: Key>(&self, ctx: &mut KeyedContext<'_, K>, value: V) -> Result<(), StateError> {
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
         let reduce = &self.reduce;
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| match t.get_mut(g, k) {
-            Some(acc) => *acc = reduce(acc.clone(), value),
-            None => t.insert(g, k, value),
-        })
+        match access::<K, V>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
+                match t.get_mut(g, k) {
+                    Some(acc) => *acc = reduce(acc.clone(), value),
+                    None => t.insert(g, k, value),
+                }
+                Ok(())
+            }
+            (Access::Serialized(s, slot), k) => {
+                let folded = match s.get::<V>(index, StateKind::Value, k, slot)? {
+                    Some(acc) => reduce(acc, value),
+                    None => value,
+                };
+                s.put(index, StateKind::Value, k, slot, &folded)
+            }
+        }
     }
     /// Removes the current key's value.
     pub fn clear<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<(), StateError> {
-        with_table::<K, V, _>(&self.core, ctx, |t, g, k| {
-            t.remove(g, k);
-        })
+        let index = self.core.index::<K, V>(ctx.backend, StateKind::Value)?;
+        ctx.backend.delete::<V>(index, ctx.key, ctx.slot)
     }
 }
 
@@ -576,33 +654,61 @@ impl<IN, ACC: StateValue, OUT, A: AggregateFunction<IN, ACC, OUT>>
     }
     /// The current key's aggregate.
     pub fn get<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<Option<OUT>, StateError> {
+        let index = self.core.index::<K, ACC>(ctx.backend, StateKind::Value)?;
         let f = &self.function;
-        with_table::<K, ACC, _>(&self.core, ctx, |t, g, k| {
-            t.get_touch(g, k).map(|acc| f.get_result(acc))
-        })
+        match access::<K, ACC>(index, ctx)? {
+            (Access::Heap(t, g), k) => Ok(t.get_touch(g, k).map(|acc| f.get_result(acc))),
+            (Access::Serialized(s, slot), k) => Ok(s
+                .get::<ACC>(index, StateKind::Value, k, slot)?
+                .map(|acc| f.get_result(&acc))),
+        }
     }
     /// Adds `value` to the current key's accumulator.
     pub fn add<K: Key>(&self, ctx: &mut KeyedContext<'_, K>, value: IN) -> Result<(), StateError> {
+        let index = self.core.index::<K, ACC>(ctx.backend, StateKind::Value)?;
         let f = &self.function;
-        with_table::<K, ACC, _>(&self.core, ctx, |t, g, k| match t.get_mut(g, k) {
-            Some(acc) => f.add(value, acc),
-            None => {
-                let mut acc = f.create_accumulator();
-                f.add(value, &mut acc);
-                t.insert(g, k, acc);
+        match access::<K, ACC>(index, ctx)? {
+            (Access::Heap(t, g), k) => {
+                match t.get_mut(g, k) {
+                    Some(acc) => f.add(value, acc),
+                    None => {
+                        let mut acc = f.create_accumulator();
+                        f.add(value, &mut acc);
+                        t.insert(g, k, acc);
+                    }
+                }
+                Ok(())
             }
-        })
+            (Access::Serialized(s, slot), k) => {
+                let mut acc = s
+                    .get::<ACC>(index, StateKind::Value, k, slot)?
+                    .unwrap_or_else(|| f.create_accumulator());
+                f.add(value, &mut acc);
+                s.put(index, StateKind::Value, k, slot, &acc)
+            }
+        }
     }
     /// Removes the current key's accumulator.
     pub fn clear<K: Key>(&self, ctx: &mut KeyedContext<'_, K>) -> Result<(), StateError> {
-        with_table::<K, ACC, _>(&self.core, ctx, |t, g, k| {
-            t.remove(g, k);
-        })
+        let index = self.core.index::<K, ACC>(ctx.backend, StateKind::Value)?;
+        ctx.backend.delete::<ACC>(index, ctx.key, ctx.slot)
     }
 }
 
-keyed_state_handle!(ValueState<V> stores V where V: StateValue);
-keyed_state_handle!(ListState<V> stores Vec<V> where V: StateValue);
-keyed_state_handle!(MapState<UK, UV> stores HashMap<UK, UV> where UK: StateValue + Hash + Eq, UV: StateValue);
-keyed_state_handle!(ReducingState<V, F> stores V where V: StateValue);
-keyed_state_handle!(AggregatingState<IN, ACC, OUT, A> stores ACC where ACC: StateValue);
+keyed_state_handle!(ValueState<V> stores V as Value where V: StateValue);
+keyed_state_handle!(ListState<V> stores Vec<V> as List where V: StateValue);
+keyed_state_handle!(ReducingState<V, F> stores V as Value where V: StateValue);
+keyed_state_handle!(AggregatingState<IN, ACC, OUT, A> stores ACC as Value where ACC: StateValue);
+
+impl<UK: StateValue + Hash + Eq, UV: StateValue> KeyedState for MapState<UK, UV> {
+    fn state_name(&self) -> &str {
+        &self.core.name
+    }
+    fn keys<K: Key>(
+        &self,
+        store: &mut KeyedStateStore<K>,
+    ) -> Result<Vec<(K, KeyGroupSlot)>, StateError> {
+        let index = self.core.map_index::<K, UK, UV>(store)?;
+        store.keys::<HashMap<UK, UV>>(index)
+    }
+}

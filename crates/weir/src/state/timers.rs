@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use crate::error::StateError;
 use crate::record::Key;
-use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+use crate::state::backend::StateKind;
+use crate::state::heap_keyed_state_backend::KeyGroupSlot;
+use crate::state::keyed_state_store::KeyedStateStore;
 
 /// Which clock a timer follows; `on_timer` reads it from
 /// [`KeyedContext::time_domain`](crate::api::functions::KeyedContext::time_domain).
@@ -67,13 +69,16 @@ struct TimerQueue<K> {
 }
 
 impl<K: Key> TimerQueue<K> {
-    fn open(backend: &mut HeapKeyedStateBackend<K>, name: &str) -> Result<Self, StateError> {
-        let state = backend.register::<Vec<i64>>(name)?;
+    fn open(backend: &mut KeyedStateStore<K>, name: &str) -> Result<Self, StateError> {
+        let state = backend.register::<Vec<i64>>(name, StateKind::Value, None)?;
         let mut by_time: BTreeMap<i64, Vec<K>> = BTreeMap::new();
         let mut len = 0;
-        let table = backend.table::<Vec<i64>>(state)?;
-        for (group, key) in table.keys() {
-            for &timestamp in table.get(group, &key).into_iter().flatten() {
+        for (key, slot) in backend.keys::<Vec<i64>>(state)? {
+            for timestamp in backend
+                .get::<Vec<i64>>(state, &key, slot)?
+                .into_iter()
+                .flatten()
+            {
                 by_time.entry(timestamp).or_default().push(key.clone());
                 len += 1;
             }
@@ -87,7 +92,7 @@ impl<K: Key> TimerQueue<K> {
 
     fn register(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         key: &K,
         slot: KeyGroupSlot,
         timestamp: i64,
@@ -98,22 +103,27 @@ impl<K: Key> TimerQueue<K> {
     /// Registers `key`'s timers at `timestamps` with one lookup of the key's timers.
     fn register_all(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         key: &K,
         slot: KeyGroupSlot,
         timestamps: &[i64],
     ) -> Result<(), StateError> {
         let mut added = Vec::new();
-        match backend.value_mut::<Vec<i64>>(self.state, key, slot)? {
-            Some(existing) => {
-                for &t in timestamps {
-                    if !existing.contains(&t) {
-                        existing.push(t);
-                        added.push(t);
-                    }
+        let existed = backend.modify::<Vec<i64>, _>(self.state, key, slot, |existing| {
+            let Some(existing) = existing else {
+                return false;
+            };
+            for &t in timestamps {
+                if !existing.contains(&t) {
+                    existing.push(t);
+                    added.push(t);
                 }
             }
-            None => {
+            true
+        })?;
+        match existed {
+            true => {}
+            false => {
                 let mut fresh: Vec<i64> = Vec::with_capacity(timestamps.len());
                 for &t in timestamps {
                     if !fresh.contains(&t) {
@@ -121,7 +131,7 @@ impl<K: Key> TimerQueue<K> {
                     }
                 }
                 added.clone_from(&fresh);
-                backend.update(self.state, key, slot, fresh)?;
+                backend.put(self.state, key, slot, fresh)?;
             }
         }
         for t in added {
@@ -134,27 +144,33 @@ impl<K: Key> TimerQueue<K> {
     /// Removes `key`'s timer at `timestamp` from the key's state; whether it was there.
     fn remove_from_state(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         key: &K,
         slot: KeyGroupSlot,
         timestamp: i64,
     ) -> Result<bool, StateError> {
-        let Some(timestamps) = backend.value_mut::<Vec<i64>>(self.state, key, slot)? else {
-            return Ok(false);
-        };
-        let Some(at) = timestamps.iter().position(|t| *t == timestamp) else {
-            return Ok(false);
-        };
-        timestamps.swap_remove(at);
-        if timestamps.is_empty() {
-            backend.clear::<Vec<i64>>(self.state, key, slot)?;
+        let (removed, now_empty) =
+            backend.modify::<Vec<i64>, _>(self.state, key, slot, |timestamps| {
+                let Some(timestamps) = timestamps else {
+                    return (false, false);
+                };
+                match timestamps.iter().position(|t| *t == timestamp) {
+                    Some(at) => {
+                        timestamps.swap_remove(at);
+                        (true, timestamps.is_empty())
+                    }
+                    None => (false, false),
+                }
+            })?;
+        if now_empty {
+            backend.delete::<Vec<i64>>(self.state, key, slot)?;
         }
-        Ok(true)
+        Ok(removed)
     }
 
     fn delete(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         key: &K,
         slot: KeyGroupSlot,
         timestamp: i64,
@@ -177,7 +193,7 @@ impl<K: Key> TimerQueue<K> {
     /// Takes the earliest timer at or before `time`, if any.
     fn pop_due(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         time: i64,
     ) -> Result<Option<(i64, K)>, StateError> {
         let Some(mut entry) = self.by_time.first_entry() else {
@@ -214,7 +230,7 @@ pub struct InternalTimerService<K> {
 
 impl<K: Key> InternalTimerService<K> {
     /// The timers kept in `backend` (restored ones included).
-    pub fn open(backend: &mut HeapKeyedStateBackend<K>) -> Result<Self, StateError> {
+    pub fn open(backend: &mut KeyedStateStore<K>) -> Result<Self, StateError> {
         Ok(Self {
             event: TimerQueue::open(backend, EVENT_TIMERS)?,
             processing: TimerQueue::open(backend, PROCESSING_TIMERS)?,
@@ -232,7 +248,7 @@ impl<K: Key> InternalTimerService<K> {
     /// Registers `key`'s timer at `timestamp` (once: a second registration is a no-op).
     pub fn register(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         domain: TimeDomain,
         key: &K,
         slot: KeyGroupSlot,
@@ -244,7 +260,7 @@ impl<K: Key> InternalTimerService<K> {
     /// Registers `key`'s timers at every one of `timestamps` (one lookup of its timers).
     pub fn register_all(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         domain: TimeDomain,
         key: &K,
         slot: KeyGroupSlot,
@@ -260,7 +276,7 @@ impl<K: Key> InternalTimerService<K> {
     /// Deletes `key`'s timer at `timestamp`, if there is one.
     pub fn delete(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         domain: TimeDomain,
         key: &K,
         slot: KeyGroupSlot,
@@ -272,7 +288,7 @@ impl<K: Key> InternalTimerService<K> {
     /// Takes the earliest timer of `domain` due at `time`, removing it.
     pub fn pop_due(
         &mut self,
-        backend: &mut HeapKeyedStateBackend<K>,
+        backend: &mut KeyedStateStore<K>,
         domain: TimeDomain,
         time: i64,
     ) -> Result<Option<(i64, K)>, StateError> {
@@ -312,14 +328,18 @@ impl<K: Key> InternalTimerService<K> {
 mod tests {
     use super::*;
     use crate::state::key_group::KeyGroupRange;
+    use crate::state::HeapKeyedStateBackend;
 
-    fn backend() -> HeapKeyedStateBackend<String> {
-        HeapKeyedStateBackend::new(16, KeyGroupRange { start: 0, end: 15 })
+    fn backend() -> KeyedStateStore<String> {
+        KeyedStateStore::Heap(HeapKeyedStateBackend::new(
+            16,
+            KeyGroupRange { start: 0, end: 15 },
+        ))
     }
 
     fn register(
         timers: &mut InternalTimerService<String>,
-        backend: &mut HeapKeyedStateBackend<String>,
+        backend: &mut KeyedStateStore<String>,
         key: &str,
         at: i64,
     ) {
@@ -332,7 +352,7 @@ mod tests {
 
     fn due(
         timers: &mut InternalTimerService<String>,
-        backend: &mut HeapKeyedStateBackend<String>,
+        backend: &mut KeyedStateStore<String>,
         upto: i64,
     ) -> Vec<(i64, String)> {
         std::iter::from_fn(|| {
@@ -383,7 +403,10 @@ mod tests {
         for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
             register(&mut timers, &mut backend, key, 100 + i as i64);
         }
-        let (bytes, entries) = backend.snapshot().write().unwrap();
+        let KeyedStateStore::Heap(heap) = &backend else {
+            unreachable!("a heap store")
+        };
+        let (bytes, entries) = heap.snapshot().write().unwrap();
         // Two subtasks after rescaling: each restores the key groups it owns.
         let mut fired = Vec::new();
         for range in [
@@ -399,8 +422,9 @@ mod tests {
                         .unwrap()
                 })
                 .collect();
-            let mut restored = HeapKeyedStateBackend::<String>::new(16, range);
-            restored.restore(blocks).unwrap();
+            let mut heap = HeapKeyedStateBackend::<String>::new(16, range);
+            heap.restore(blocks).unwrap();
+            let mut restored = KeyedStateStore::Heap(heap);
             let mut timers = InternalTimerService::open(&mut restored).unwrap();
             fired.extend(due(&mut timers, &mut restored, i64::MAX));
         }

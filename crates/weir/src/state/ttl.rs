@@ -127,11 +127,13 @@ mod tests {
     use crate::runtime::task::OperatorSetup;
     use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
     use crate::state::key_group::KeyGroupRange;
+    use crate::state::keyed_state_store::KeyedStateStore;
     use crate::state::timers::InternalTimerService;
+    use crate::state::StateKind;
     use crate::state::ValueState;
 
     struct Harness {
-        backend: HeapKeyedStateBackend<u64>,
+        backend: KeyedStateStore<u64>,
         timers: InternalTimerService<u64>,
         runtime: RuntimeContext,
         clock: Arc<AtomicI64>,
@@ -140,7 +142,10 @@ mod tests {
     impl Harness {
         fn new() -> Self {
             let clock = Arc::new(AtomicI64::new(0));
-            let mut backend = HeapKeyedStateBackend::new(16, KeyGroupRange { start: 0, end: 15 });
+            let mut backend = KeyedStateStore::Heap(HeapKeyedStateBackend::new(
+                16,
+                KeyGroupRange { start: 0, end: 15 },
+            ));
             backend.set_ttl_clock(TtlClock::Manual(clock.clone()));
             let timers = InternalTimerService::open(&mut backend).unwrap();
             let runtime = RuntimeContext::of(&OperatorSetup::for_test(0, "ttl"));
@@ -149,6 +154,15 @@ mod tests {
                 timers,
                 runtime,
                 clock,
+            }
+        }
+
+        fn heap(&mut self) -> &mut HeapKeyedStateBackend<u64> {
+            match &mut self.backend {
+                KeyedStateStore::Heap(heap) => heap,
+                KeyedStateStore::Serialized(_) => {
+                    unreachable!("the harness keeps state on the heap")
+                }
             }
         }
 
@@ -174,7 +188,7 @@ mod tests {
         fn stored(&mut self, state: &str, ttl: &StateTtlConfig) -> usize {
             let index = self
                 .backend
-                .register_with_ttl::<u64>(state, Some(ttl.clone()))
+                .register::<u64>(state, StateKind::Value, Some(ttl.clone()))
                 .unwrap();
             self.backend.len::<u64>(index).unwrap()
         }
@@ -204,7 +218,7 @@ mod tests {
         assert_eq!(h.stored("seen", &ttl), 50);
         // A snapshot leaves expired entries out.
         h.at(200);
-        let (bytes, entries) = h.backend.snapshot().write().unwrap();
+        let (bytes, entries) = h.heap().snapshot().write().unwrap();
         assert!(entries.is_empty(), "{} bytes of expired state", bytes.len());
         for key in 0..40 {
             h.with(key, |ctx| state.value(ctx)).unwrap();
@@ -241,7 +255,7 @@ mod tests {
         h.with(1, |ctx| state.update(ctx, 1)).unwrap();
         h.at(50);
         h.with(2, |ctx| state.update(ctx, 2)).unwrap();
-        let (bytes, entries) = h.backend.snapshot().write().unwrap();
+        let (bytes, entries) = h.heap().snapshot().write().unwrap();
         let blocks = entries
             .iter()
             .map(|e| {
@@ -250,7 +264,7 @@ mod tests {
             })
             .collect();
         let mut restored = Harness::new();
-        restored.backend.restore(blocks).unwrap();
+        restored.heap().restore(blocks).unwrap();
         let state = ValueState::<u64>::new("v").with_ttl(ttl);
         restored.at(120);
         // Written at 0 on the old backend: expired; at 50: alive until 150.

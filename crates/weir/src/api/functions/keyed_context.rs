@@ -8,7 +8,8 @@ use crate::record::Key;
 use crate::record::Record;
 use crate::runtime::chain::SideOutputs;
 use crate::runtime::snapshot::now_millis;
-use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+use crate::state::heap_keyed_state_backend::KeyGroupSlot;
+use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::state_handles::KeyedState;
 use crate::state::timers::{InternalTimerService, TimeDomain};
 
@@ -50,7 +51,7 @@ use crate::state::timers::{InternalTimerService, TimeDomain};
 pub struct KeyedContext<'a, K> {
     pub(crate) key: &'a K,
     pub(crate) slot: KeyGroupSlot,
-    pub(crate) backend: &'a mut HeapKeyedStateBackend<K>,
+    pub(crate) backend: &'a mut KeyedStateStore<K>,
     pub(crate) timers: &'a mut InternalTimerService<K>,
     pub(crate) runtime: &'a RuntimeContext,
     /// The event timestamp of the record being processed, or the firing timer's.
@@ -153,7 +154,7 @@ impl<K: Key> KeyedContext<'_, K> {
 /// # Ok::<(), WeirError>(())
 /// ```
 pub struct KeyedEndContext<'a, K> {
-    pub(crate) backend: &'a mut HeapKeyedStateBackend<K>,
+    pub(crate) backend: &'a mut KeyedStateStore<K>,
     pub(crate) timers: &'a mut InternalTimerService<K>,
     pub(crate) runtime: &'a RuntimeContext,
     pub(crate) side: Option<&'a mut SideOutputs>,
@@ -247,7 +248,7 @@ impl<K: Key> KeyedEndContext<'_, K> {
 pub struct TimerService<'a, K> {
     key: &'a K,
     slot: KeyGroupSlot,
-    backend: &'a mut HeapKeyedStateBackend<K>,
+    backend: &'a mut KeyedStateStore<K>,
     timers: &'a mut InternalTimerService<K>,
 }
 

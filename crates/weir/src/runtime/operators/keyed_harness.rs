@@ -15,14 +15,14 @@ use crate::runtime::operators::{
 use crate::runtime::output::{call_user, call_with_collector, in_operator, Collector};
 use crate::runtime::snapshot::OperatorSnapshot;
 use crate::runtime::task::OperatorSetup;
-use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
 use crate::state::timers::{InternalTimerService, TimeDomain};
 
 /// The keyed side of a keyed function's operator.
 pub(crate) struct KeyedHarness<K> {
     pub(crate) core: OperatorCore,
-    backend: HeapKeyedStateBackend<K>,
+    backend: KeyedStateStore<K>,
     operator_state: OperatorStateBackend,
     end_of_input: EndOfInput,
     timers: InternalTimerService<K>,
@@ -193,11 +193,15 @@ impl<K: Key> KeyedHarness<K> {
         into: &mut Vec<OperatorSnapshot>,
         hook: impl FnOnce(&mut FunctionStateContext<'_>) -> Result<(), BoxError>,
     ) -> Result<(), TaskError> {
+        let keyed = self
+            .backend
+            .snapshot(checkpoint_id)
+            .map_err(|e| self.state_error(e))?;
         snapshot_operator(
             &self.core,
             &mut self.operator_state,
             checkpoint_id,
-            Some(self.backend.snapshot()),
+            Some(keyed),
             into,
             hook,
         )

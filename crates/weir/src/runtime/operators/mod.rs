@@ -26,8 +26,9 @@ use crate::runtime::output::{call_user, in_operator, user_error};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
+use crate::state::backend::KeyedBackendSnapshot;
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
-use crate::state::keyed_state_snapshot::KeyedStateSnapshot;
+use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
 use crate::time::Watermark;
 
@@ -63,15 +64,14 @@ impl OperatorCore {
         }
     }
 
-    /// The keyed state backend of `setup`'s subtask, with restored key groups if any.
-    pub fn keyed_backend<K: Key>(
-        setup: &OperatorSetup,
-    ) -> Result<HeapKeyedStateBackend<K>, TaskError> {
+    /// The keyed state of `setup`'s subtask, in the backend the job configures, with
+    /// restored key groups if any.
+    pub fn keyed_backend<K: Key>(setup: &OperatorSetup) -> Result<KeyedStateStore<K>, TaskError> {
         let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
         if let Some(restored) = &setup.restored {
             backend.restore(restored.keyed.clone())?;
         }
-        Ok(backend)
+        Ok(KeyedStateStore::Heap(backend))
     }
 }
 
@@ -486,7 +486,7 @@ pub(crate) fn snapshot_operator(
     core: &OperatorCore,
     state: &mut OperatorStateBackend,
     checkpoint_id: u64,
-    keyed: Option<KeyedStateSnapshot>,
+    keyed: Option<Box<dyn KeyedBackendSnapshot>>,
     into: &mut Vec<OperatorSnapshot>,
     hook: impl FnOnce(&mut FunctionStateContext<'_>) -> Result<(), BoxError>,
 ) -> Result<(), TaskError> {

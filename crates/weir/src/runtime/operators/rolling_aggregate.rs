@@ -13,7 +13,8 @@ use crate::runtime::operators::{OneInputStreamOperator, OperatorCore, StreamOper
 use crate::runtime::output::{call_user, in_operator};
 use crate::runtime::snapshot::OperatorSnapshot;
 use crate::runtime::task::OperatorSetup;
-use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
+use crate::state::backend::StateKind;
+use crate::state::keyed_state_store::KeyedStateStore;
 
 /// How a rolling aggregation folds records into its per-key state.
 pub(crate) trait RollingAggregator<K, I>: Clone + Send + 'static {
@@ -34,7 +35,7 @@ pub const AGGREGATE_STATE_NAME: &str = "rolling-aggregate";
 pub(crate) struct RollingAggregateOperator<K, I, A: RollingAggregator<K, I>> {
     core: OperatorCore,
     key_selector: Arc<dyn KeySelector<I, Key = K>>,
-    backend: HeapKeyedStateBackend<K>,
+    backend: KeyedStateStore<K>,
     state: usize,
     aggregator: A,
 }
@@ -46,8 +47,8 @@ impl<K: Key, I, A: RollingAggregator<K, I>> RollingAggregateOperator<K, I, A> {
         key_selector: Arc<dyn KeySelector<I, Key = K>>,
         aggregator: A,
     ) -> Result<Self, TaskError> {
-        let mut backend: HeapKeyedStateBackend<K> = OperatorCore::keyed_backend(setup)?;
-        let state = backend.register::<A::State>(AGGREGATE_STATE_NAME)?;
+        let mut backend: KeyedStateStore<K> = OperatorCore::keyed_backend(setup)?;
+        let state = backend.register::<A::State>(AGGREGATE_STATE_NAME, StateKind::Value, None)?;
         Ok(Self {
             core: OperatorCore::new(setup),
             key_selector,
@@ -63,12 +64,16 @@ impl<K: Key, I: Record, A: RollingAggregator<K, I>> StreamOperator
 {
     fn snapshot_state(
         &mut self,
-        _checkpoint_id: u64,
+        checkpoint_id: u64,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
+        let keyed = self
+            .backend
+            .snapshot(checkpoint_id)
+            .map_err(|e| in_operator(&self.core.name, e.into()))?;
         into.push(OperatorSnapshot {
             node: self.core.node,
-            keyed: Some(self.backend.snapshot()),
+            keyed: Some(keyed),
             lists: Vec::new(),
         });
         Ok(())
@@ -94,20 +99,19 @@ where
         let state_error = |e: crate::error::StateError| in_operator(name, e.into());
         let slot = self.backend.resolve_key(&key).map_err(state_error)?;
         let aggregator = &mut self.aggregator;
-        let result = match self
+        let result = self
             .backend
-            .value_mut::<A::State>(self.state, &key, slot)
-            .map_err(state_error)?
-        {
-            Some(acc) => call_user(name, || aggregator.update(&key, acc, record))?,
-            None => {
-                let (acc, result) = call_user(name, || aggregator.init(&key, record))?;
-                self.backend
-                    .update(self.state, &key, slot, acc)
-                    .map_err(state_error)?;
-                result
-            }
-        };
+            .upsert::<A::State, _, _>(self.state, &key, slot, |acc| match acc {
+                Some(acc) => Ok::<_, TaskError>((
+                    None,
+                    call_user(name, || aggregator.update(&key, acc, record))?,
+                )),
+                None => {
+                    let (acc, result) = call_user(name, || aggregator.init(&key, record))?;
+                    Ok((Some(acc), result))
+                }
+            })
+            .map_err(state_error)??;
         out.collect(result)
     }
 }

@@ -19,7 +19,9 @@ use crate::runtime::operators::{OneInputStreamOperator, OperatorCore, StreamOper
 use crate::runtime::output::{call_user, call_with_collector, in_operator, OperatorMetrics};
 use crate::runtime::snapshot::{now_millis, OperatorSnapshot};
 use crate::runtime::task::OperatorSetup;
-use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
+use crate::state::backend::StateKind;
+use crate::state::heap_keyed_state_backend::KeyGroupSlot;
+use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::timers::{InternalTimerService, TimeDomain};
 use crate::time::Watermark;
 use crate::windowing::assigners::{WindowAssigner, WindowTime};
@@ -57,7 +59,7 @@ where
 {
     core: OperatorCore,
     key_selector: Arc<dyn KeySelector<T, Key = K>>,
-    backend: HeapKeyedStateBackend<K>,
+    backend: KeyedStateStore<K>,
     timers: InternalTimerService<K>,
     state: usize,
     assigner: A,
@@ -91,7 +93,11 @@ where
     ) -> Result<Self, TaskError> {
         let mut backend = OperatorCore::keyed_backend(setup)?;
         let timers = InternalTimerService::open(&mut backend)?;
-        let state = backend.register::<Entries<A::Window, C::Acc, Tr::State>>(WINDOW_STATE)?;
+        let state = backend.register::<Entries<A::Window, C::Acc, Tr::State>>(
+            WINDOW_STATE,
+            StateKind::Value,
+            None,
+        )?;
         Ok(Self {
             core: OperatorCore::new(setup),
             key_selector,
@@ -148,12 +154,9 @@ where
         slot: KeyGroupSlot,
     ) -> Result<Entries<A::Window, C::Acc, Tr::State>, TaskError> {
         let state = self.state;
-        Ok(self
-            .backend
-            .value_mut::<Entries<A::Window, C::Acc, Tr::State>>(state, key, slot)
-            .map_err(|e| in_operator(&self.core.name, e.into()))?
-            .map(std::mem::take)
-            .unwrap_or_default())
+        self.backend
+            .take::<Entries<A::Window, C::Acc, Tr::State>>(state, key, slot)
+            .map_err(|e| in_operator(&self.core.name, e.into()))
     }
 
     fn put_entries(
@@ -165,9 +168,9 @@ where
         let state = self.state;
         let result = if entries.is_empty() {
             self.backend
-                .clear::<Entries<A::Window, C::Acc, Tr::State>>(state, key, slot)
+                .delete::<Entries<A::Window, C::Acc, Tr::State>>(state, key, slot)
         } else {
-            self.backend.update(state, key, slot, entries)
+            self.backend.put(state, key, slot, entries)
         };
         result.map_err(|e| in_operator(&self.core.name, e.into()))
     }
@@ -339,15 +342,18 @@ where
 
     /// Number of windows held, over all keys (for tests of state cleanup).
     #[cfg(test)]
-    pub(crate) fn windows_held(&self) -> usize {
-        let table = self
+    pub(crate) fn windows_held(&mut self) -> usize {
+        let keys = self
             .backend
-            .table::<Entries<A::Window, C::Acc, Tr::State>>(self.state)
+            .keys::<Entries<A::Window, C::Acc, Tr::State>>(self.state)
             .expect("registered");
-        table
-            .keys()
-            .iter()
-            .map(|(g, k)| table.get(*g, k).map_or(0, Vec::len))
+        keys.iter()
+            .map(|(k, slot)| {
+                self.backend
+                    .get::<Entries<A::Window, C::Acc, Tr::State>>(self.state, k, *slot)
+                    .expect("readable")
+                    .map_or(0, |e| e.len())
+            })
             .sum()
     }
 }
@@ -366,12 +372,16 @@ where
 {
     fn snapshot_state(
         &mut self,
-        _checkpoint_id: u64,
+        checkpoint_id: u64,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
+        let keyed = self
+            .backend
+            .snapshot(checkpoint_id)
+            .map_err(|e| in_operator(&self.core.name, e.into()))?;
         into.push(OperatorSnapshot {
             node: self.core.node,
-            keyed: Some(self.backend.snapshot()),
+            keyed: Some(keyed),
             lists: Vec::new(),
         });
         Ok(())
