@@ -46,6 +46,32 @@ pub struct StateDescriptor {
     pub with_ttl: bool,
 }
 
+/// When entries of a state with a time to live count as expired, for a snapshot that leaves
+/// them out: an entry last touched at `t` has expired if `t + ttl_millis <= now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiryCutoff {
+    /// The state's time to live.
+    pub ttl_millis: i64,
+    /// The snapshot's time.
+    pub now: i64,
+}
+
+impl ExpiryCutoff {
+    /// Whether an entry last touched at `touched` has expired.
+    pub fn expired(&self, touched: i64) -> bool {
+        touched.saturating_add(self.ttl_millis) <= self.now
+    }
+}
+
+/// What a snapshot is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The checkpoint or savepoint id.
+    pub checkpoint_id: u64,
+    /// Per state with a time to live whose snapshots clean up: what has expired.
+    pub expiry: Vec<(StateId, ExpiryCutoff)>,
+}
+
 /// Whether a scan goes on after the entry just visited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanControl {
@@ -125,8 +151,10 @@ pub trait KeyedStateBackend: Send {
     /// The synchronous part of a snapshot: freezes a view of every state (no copy of the
     /// data, or a bounded one), to be written by [`KeyedBackendSnapshot::write`] on another
     /// thread while records keep flowing.
-    fn snapshot(&mut self, checkpoint_id: u64)
-        -> Result<Box<dyn KeyedBackendSnapshot>, StateError>;
+    fn snapshot(
+        &mut self,
+        request: &SnapshotRequest,
+    ) -> Result<Box<dyn KeyedBackendSnapshot>, StateError>;
 
     /// Checkpoint `checkpoint_id` is complete: what it refers to is now retained by the
     /// checkpoint store, so a backend may release what it kept for earlier ones.

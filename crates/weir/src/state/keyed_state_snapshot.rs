@@ -36,8 +36,7 @@ pub struct KeyedStateSnapshot {
 impl KeyedStateSnapshot {
     /// Serializes the snapshot: the file's bytes and where each key group sits in them.
     pub fn write(&self) -> Result<(Vec<u8>, Vec<KeyGroupEntry>), StateError> {
-        let mut file = MAGIC.to_vec();
-        let mut entries = Vec::new();
+        let mut file = KeyGroupFileBuilder::new();
         let mut scratch = Vec::new();
         for (index, key_group) in self.range.iter().enumerate() {
             let mut states: Vec<(&str, Vec<u8>)> = Vec::new();
@@ -54,20 +53,52 @@ impl KeyedStateSnapshot {
                     states.push((name, bytes.clone()));
                 }
             }
-            if states.is_empty() {
-                continue;
-            }
-            let offset = file.len() as u64;
-            file = postcard::to_extend(&states, file)?;
-            let block = &file[offset as usize..];
-            entries.push(KeyGroupEntry {
-                key_group,
-                offset,
-                length: block.len() as u64,
-                crc32: crc32fast::hash(block),
-            });
+            file.add_group(key_group, &states)?;
         }
-        Ok((file, entries))
+        Ok(file.finish())
+    }
+}
+
+/// Builds a keyed state file in the canonical format: the magic bytes, then one checksummed
+/// block per non-empty key group.
+pub(crate) struct KeyGroupFileBuilder {
+    file: Vec<u8>,
+    entries: Vec<KeyGroupEntry>,
+}
+
+impl KeyGroupFileBuilder {
+    /// An empty file.
+    pub(crate) fn new() -> Self {
+        Self {
+            file: MAGIC.to_vec(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Appends `key_group`'s block of `(state name, entries)` (nothing if `states` is empty).
+    pub(crate) fn add_group(
+        &mut self,
+        key_group: u32,
+        states: &[(&str, Vec<u8>)],
+    ) -> Result<(), StateError> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        let offset = self.file.len() as u64;
+        self.file = postcard::to_extend(states, std::mem::take(&mut self.file))?;
+        let block = &self.file[offset as usize..];
+        self.entries.push(KeyGroupEntry {
+            key_group,
+            offset,
+            length: block.len() as u64,
+            crc32: crc32fast::hash(block),
+        });
+        Ok(())
+    }
+
+    /// The file's bytes and where each key group sits in them.
+    pub(crate) fn finish(self) -> (Vec<u8>, Vec<KeyGroupEntry>) {
+        (self.file, self.entries)
     }
 }
 

@@ -2,15 +2,20 @@
 //! (value, list, map, reducing, aggregating) and operator list state.
 
 pub mod backend;
+pub mod canonical_snapshot;
 pub mod heap_keyed_state_backend;
 pub mod key_bytes;
 pub mod key_group;
 pub mod keyed_state_snapshot;
 pub mod keyed_state_store;
 pub mod keyed_state_table;
+#[cfg(test)]
+mod memory_backend;
 pub mod operator_state;
 pub mod serialized_keyed_state;
 pub mod state_handles;
+#[cfg(test)]
+mod store_tests;
 pub mod timers;
 pub mod ttl;
 

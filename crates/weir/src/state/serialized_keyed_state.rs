@@ -16,8 +16,8 @@ use serde::Serialize;
 use crate::error::StateError;
 use crate::record::Key;
 use crate::state::backend::{
-    write_varint, KeyedBackendSnapshot, KeyedStateBackend, ScanControl, StateDescriptor, StateId,
-    StateKind,
+    write_varint, ExpiryCutoff, KeyedBackendSnapshot, KeyedStateBackend, ScanControl,
+    SnapshotRequest, StateDescriptor, StateId, StateKind,
 };
 use crate::state::heap_keyed_state_backend::KeyGroupSlot;
 use crate::state::key_bytes::encode_key;
@@ -553,7 +553,24 @@ impl<K: Key> SerializedKeyedState<K> {
         &mut self,
         checkpoint_id: u64,
     ) -> Result<Box<dyn KeyedBackendSnapshot>, StateError> {
-        self.backend.snapshot(checkpoint_id)
+        let expiry = self
+            .states
+            .iter()
+            .filter_map(|state| {
+                let ttl = state.ttl.as_ref()?;
+                ttl.config.cleanup_in_full_snapshot.then(|| {
+                    let cutoff = ExpiryCutoff {
+                        ttl_millis: ttl.config.ttl_millis,
+                        now: ttl.clock.now(),
+                    };
+                    (state.id, cutoff)
+                })
+            })
+            .collect();
+        self.backend.snapshot(&SnapshotRequest {
+            checkpoint_id,
+            expiry,
+        })
     }
 
     /// Passes a checkpoint's completion to the backend.
@@ -611,6 +628,11 @@ fn map_row<UK: Serialize>(
 
 /// The key bytes of a map row.
 pub(crate) fn map_row_key(row: &[u8]) -> Result<&[u8], StateError> {
+    Ok(split_map_row(row)?.0)
+}
+
+/// A map row's key bytes and user key bytes.
+pub(crate) fn split_map_row(row: &[u8]) -> Result<(&[u8], &[u8]), StateError> {
     let (len, prefix) = crate::state::backend::read_varint(row)?;
     let end = usize::try_from(len)
         .ok()
@@ -620,5 +642,5 @@ pub(crate) fn map_row_key(row: &[u8]) -> Result<&[u8], StateError> {
             state: "map state".into(),
             reason: format!("a row's key length {len} runs past its {} bytes", row.len()),
         })?;
-    Ok(&row[prefix..end])
+    Ok((&row[prefix..end], &row[end..]))
 }
