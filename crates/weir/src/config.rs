@@ -126,6 +126,9 @@ pub struct ExecutionConfig {
     /// and Prometheus (`metrics.fetcher.update-interval`; 1 s).
     #[serde(with = "duration_millis", default = "default_metrics_update_interval")]
     pub metrics_update_interval: Duration,
+    /// Where keyed state lives (`state.backend.type`, heap by default).
+    #[serde(default)]
+    pub state_backend: crate::state::backend_factory::StateBackendConfig,
 }
 
 fn default_metrics_update_interval() -> Duration {
@@ -149,6 +152,7 @@ impl Default for ExecutionConfig {
             restore: None,
             resume_from_latest_checkpoint: false,
             metrics_update_interval: default_metrics_update_interval(),
+            state_backend: crate::state::backend_factory::StateBackendConfig::default(),
         }
     }
 }
@@ -218,6 +222,17 @@ impl ExecutionConfig {
     /// (`metrics.fetcher.update-interval`).
     pub fn with_metrics_update_interval(mut self, interval: Duration) -> Self {
         self.metrics_update_interval = interval;
+        self
+    }
+
+    /// Chooses the keyed state backend (`state.backend.type`); a backend other than the
+    /// heap must be registered in the process
+    /// ([`register_state_backend`](crate::state::backend_factory::register_state_backend)).
+    pub fn with_state_backend(
+        mut self,
+        backend: crate::state::backend_factory::StateBackendConfig,
+    ) -> Self {
+        self.state_backend = backend;
         self
     }
 

@@ -167,6 +167,18 @@ pub enum StateError {
         /// The engine's error.
         reason: String,
     },
+    /// `state.backend.type` names a backend this process does not have.
+    #[error(
+        "state.backend.type `{name}` is not a state backend of this job's binary (it has: \
+         {known}); link the backend's crate and register it (for example \
+         `weir_rocksdb::register()`) before building the job"
+    )]
+    UnknownBackend {
+        /// The name configured.
+        name: String,
+        /// The backends registered.
+        known: String,
+    },
     /// A state name was registered twice with different value types.
     #[error("state `{state}` is already registered with value type {existing}, not {requested}")]
     TypeMismatch {

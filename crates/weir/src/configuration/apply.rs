@@ -42,6 +42,15 @@ impl Configuration {
         if let Some(interval) = self.duration("metrics.fetcher.update-interval")? {
             config.metrics_update_interval = interval;
         }
+        if let Some(backend) = self.text("state.backend.type") {
+            config.state_backend.backend_type = backend.trim().to_string();
+        }
+        if let Some(incremental) = self.boolean("state.backend.incremental")? {
+            config.state_backend.incremental = incremental;
+        }
+        if let Some(dir) = self.text("state.backend.local-dir") {
+            config.state_backend.local_dir = Some(dir.trim().into());
+        }
         self.apply_checkpointing(config)?;
         self.apply_restore(config)?;
         if let Some(strategy) = self.restart_strategy()? {
@@ -273,6 +282,19 @@ mod tests {
     fn values_that_do_not_fit_together_are_refused() {
         let err = applied("parallelism.default: 200\npipeline.max-parallelism: 128\n").unwrap_err();
         assert!(err.to_string().contains("parallelism"), "{err}");
+        let backend = applied(
+            "state.backend.type: rocksdb\nstate.backend.incremental: true\nstate.backend.local-dir: /var/weir\n",
+        )
+        .unwrap()
+        .state_backend;
+        assert_eq!(
+            (
+                backend.backend_type.as_str(),
+                backend.incremental,
+                backend.local_dir
+            ),
+            ("rocksdb", true, Some("/var/weir".into()))
+        );
         let err = applied("state.backend.local-recovery: true\n")
             .unwrap_err()
             .to_string();

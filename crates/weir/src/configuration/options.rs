@@ -142,6 +142,21 @@ pub const OPTIONS: &[ConfigOption] = &[
         "Where checkpoints and savepoints go (the key before Flink 2.0).",
     ),
     option(
+        "state.backend.type",
+        Text,
+        "Where keyed state lives: `heap` (Flink's `hashmap`, the default) or a backend registered by a crate the job links, as `rocksdb`.",
+    ),
+    option(
+        "state.backend.incremental",
+        Boolean,
+        "Whether checkpoints upload only what changed since the previous one, where the backend can.",
+    ),
+    option(
+        "state.backend.local-dir",
+        Text,
+        "Where a disk state backend keeps its working files (default: the system's temporary directory).",
+    ),
+    option(
         "state.backend.local-recovery",
         Boolean,
         "Keep a second copy of every checkpoint file under `taskmanager.state.local.root-dirs`.",

@@ -2,6 +2,7 @@
 //! (value, list, map, reducing, aggregating) and operator list state.
 
 pub mod backend;
+pub mod backend_factory;
 pub mod canonical_snapshot;
 pub mod heap_keyed_state_backend;
 pub mod key_bytes;

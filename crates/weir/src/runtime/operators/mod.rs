@@ -27,9 +27,11 @@ use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::InputEnd;
 use crate::runtime::task::OperatorSetup;
 use crate::state::backend::KeyedBackendSnapshot;
+use crate::state::backend_factory::{state_backend_factory, BackendContext};
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
+use crate::state::serialized_keyed_state::SerializedKeyedState;
 use crate::time::Watermark;
 
 /// The identity shared by every operator.
@@ -67,12 +69,63 @@ impl OperatorCore {
     /// The keyed state of `setup`'s subtask, in the backend the job configures, with
     /// restored key groups if any.
     pub fn keyed_backend<K: Key>(setup: &OperatorSetup) -> Result<KeyedStateStore<K>, TaskError> {
-        let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
-        if let Some(restored) = &setup.restored {
-            backend.restore(restored.keyed.clone())?;
+        let restored = setup
+            .restored
+            .as_ref()
+            .map(|r| r.keyed.clone())
+            .unwrap_or_default();
+        let config = &setup.config.state_backend;
+        if config.is_heap() {
+            let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
+            backend.restore(restored)?;
+            return Ok(KeyedStateStore::Heap(backend));
         }
-        Ok(KeyedStateStore::Heap(backend))
+        let factory = state_backend_factory(&config.backend_type)?;
+        let root = config
+            .local_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("weir-state"));
+        // Unique per operator subtask and process run: a restarted attempt starts afresh
+        // from what it restores.
+        let working_dir = root.join(format!(
+            "{}-{}-{}-{}",
+            sanitize(&setup.uid),
+            setup.subtask,
+            std::process::id(),
+            NEXT_WORKING_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let backend = factory
+            .create(BackendContext {
+                operator_uid: &setup.uid,
+                subtask: setup.subtask,
+                key_groups: setup.key_groups,
+                max_parallelism: setup.max_parallelism,
+                config,
+                working_dir: &working_dir,
+                restored,
+            })
+            .map_err(|e| in_operator(&setup.name, e.into()))?;
+        Ok(KeyedStateStore::Serialized(SerializedKeyedState::new(
+            backend,
+            setup.max_parallelism,
+        )))
     }
+}
+
+/// Numbers the working directories of disk backends within this process.
+static NEXT_WORKING_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `uid` as a file name.
+fn sanitize(uid: &str) -> String {
+    uid.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The hooks every operator has, driven by the task over its
