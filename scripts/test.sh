@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# what the tests need (headless Chromium for the dashboard's test; a Kafka-protocol broker,
+# what the tests need (headless Chromium for the dashboard's test, RocksDB for the disk state
+# backend; a Kafka-protocol broker,
 # PostgreSQL servers and an S3-compatible server on 127.0.0.1, stopped again at the end), then formatting, lints, every test, and smoke runs of the main example and
 # of the Weir-vs-Flink benchmark (which installs Apache Flink, about 850 MB from PyPI, into its
 # own virtual environment, and Java 17 with apt if missing).
@@ -34,11 +35,22 @@ done
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 log "toolchain: $(cargo --version)"
 log "disk free before the build: $(df -h --output=avail . | tail -n 1 | tr -d ' ')"
-if ! command -v chromium >/dev/null 2>&1; then
-    log "installing headless Chromium (Debian's package) for the dashboard's browser test"
+# Debian's packages the tests need: headless Chromium for the dashboard's browser test;
+# RocksDB and libclang for the RocksDB state backend (linked, not built from its C++
+# sources, which would take about 14 minutes here).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+for package in librocksdb-dev libclang-dev; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+rocksdb_lib=$(dpkg -L librocksdb-dev | grep '/librocksdb\.so$' | head -n 1)
+export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-$(dirname "$rocksdb_lib")}"
+export ROCKSDB_INCLUDE_DIR="${ROCKSDB_INCLUDE_DIR:-/usr/include}"
 log "Kafka-protocol broker for the Kafka tests (tansu, 127.0.0.1 only)"
 eval "$(scripts/kafka-broker.sh start)"
 log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"

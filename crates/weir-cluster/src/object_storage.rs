@@ -5,7 +5,8 @@
 //! `AWS_ALLOW_HTTP`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, …).
 //!
 //! Layout, as on a filesystem: `<url>/<job>/chk-<id>/` with the state files, `_metadata`, and
-//! a `_location` marker; `<url>/<job>/_job_record`. An object appears whole or not at all, so
+//! a `_location` marker; `<url>/<job>/shared/` with the files incremental checkpoints share;
+//! `<url>/<job>/_job_record`. An object appears whole or not at all, so
 //! the metadata and the job record are written with one PUT each, which makes them atomic.
 //! A location exists while its marker does: a discard deletes the marker first — the
 //! location is gone at once — then its objects; what a crash midway leaves is removed by the
@@ -31,7 +32,7 @@ use weir::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use weir::checkpoint::storage::{
     decode_metadata, decode_record, location_name, parse_any_location, parse_checkpoint_dir,
     parse_savepoint_dir, register_storage_scheme, sanitize, CheckpointStorage, StorageError,
-    StoredCheckpoint, Verify,
+    StoredCheckpoint, Verify, SHARED_DIR,
 };
 use weir::runtime::stream_element::SnapshotType;
 
@@ -452,6 +453,41 @@ impl CheckpointStorage for ObjectCheckpointStorage {
             reason: format!("cannot encode: {e}"),
         })?;
         self.put(&path, bytes)
+    }
+
+    fn shared_location(&self) -> Result<String, StorageError> {
+        let marker = self.under(&[SHARED_DIR, MARKER]);
+        if !self.exists(&marker)? {
+            self.put(&marker, Vec::new())?;
+        }
+        Ok(format!("{}/{SHARED_DIR}", self.job_url))
+    }
+
+    fn shared_location_of(&self, location: &str) -> String {
+        match location.rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{SHARED_DIR}"),
+            None => SHARED_DIR.to_string(),
+        }
+    }
+
+    fn delete_file(&self, location: &str, name: &str) -> Result<(), StorageError> {
+        self.delete_all(vec![self.object(location, name)?])
+    }
+
+    fn list_files(&self, location: &str) -> Result<Vec<String>, StorageError> {
+        let prefix = self.under(&[self.name_of(location)?]);
+        let objects: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| io_error("list", location, e))?;
+        let mut names: Vec<String> = objects
+            .iter()
+            .filter_map(|o| o.location.filename())
+            .filter(|name| *name != MARKER)
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError> {

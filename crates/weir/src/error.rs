@@ -179,6 +179,18 @@ pub enum StateError {
         /// The backends registered.
         known: String,
     },
+    /// Restored keyed state was written by another backend in its own format.
+    #[error(
+        "the restored keyed state was written by state backend `{written_by}` in its own \
+         (incremental) format, but state.backend.type is `{configured}`; restore it with \
+         `{written_by}`, or switch backends through a savepoint, which every backend restores"
+    )]
+    IncompatibleSnapshot {
+        /// The backend that wrote it.
+        written_by: String,
+        /// The backend configured now.
+        configured: String,
+    },
     /// A state name was registered twice with different value types.
     #[error("state `{state}` is already registered with value type {existing}, not {requested}")]
     TypeMismatch {

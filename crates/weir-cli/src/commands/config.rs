@@ -10,6 +10,7 @@ use crate::output::table;
 fn kind(kind: OptionKind) -> String {
     match kind {
         OptionKind::Duration => "duration".into(),
+        OptionKind::MemorySize => "memory size".into(),
         OptionKind::Integer { min, max } => format!("integer {min}..={max}"),
         OptionKind::Float => "number".into(),
         OptionKind::Boolean => "true|false".into(),

@@ -99,6 +99,8 @@ pub struct CheckpointInfo {
     pub end_to_end_duration: Option<u64>,
     /// Bytes of state.
     pub state_size: u64,
+    /// Bytes this checkpoint wrote (less than `state_size` when incremental).
+    pub checkpointed_size: u64,
     /// Longest barrier alignment, in milliseconds.
     pub alignment_duration: u64,
     /// Subtasks that acknowledged it.
@@ -133,6 +135,7 @@ impl CheckpointInfo {
             trigger_timestamp: c.trigger_timestamp_millis,
             end_to_end_duration: c.duration.map(|d| d.as_millis() as u64),
             state_size: c.state_size,
+            checkpointed_size: c.checkpointed_size,
             alignment_duration: c.max_alignment_duration().as_millis() as u64,
             num_acknowledged_subtasks: c.subtasks.len(),
             external_path: c.location.clone(),
@@ -220,8 +223,10 @@ pub struct SubtaskCheckpointInfo {
     pub alignment_duration: u64,
     /// Milliseconds from the trigger until the barrier reached the task.
     pub start_delay: u64,
-    /// Bytes of state written.
+    /// Bytes of state.
     pub state_size: u64,
+    /// Bytes the subtask wrote (less than `state_size` when incremental).
+    pub checkpointed_size: u64,
 }
 
 impl CheckpointDetails {
@@ -239,6 +244,7 @@ impl CheckpointDetails {
                     alignment_duration: s.alignment_duration.as_millis() as u64,
                     start_delay: s.start_delay.as_millis() as u64,
                     state_size: s.state_size,
+                    checkpointed_size: s.checkpointed_size,
                 })
                 .collect(),
         }

@@ -7,6 +7,12 @@
 //! 2. the record stops naming a checkpoint before its files are deleted;
 //! 3. a terminal status is recorded before the checkpoints it makes unnecessary are deleted.
 //!
+//! It also keeps the [`SharedStateRegistry`] of the files incremental checkpoints share: a
+//! shared file is deleted once no retained checkpoint refers to it, after the record stopped
+//! naming the last one that did; a checkpoint that refers to a file already released never
+//! completes; and at the start of a tenure, files of the job's shared location that no
+//! retained checkpoint names (uploads of checkpoints that never completed) are removed.
+//!
 //! Every write first checks the fencing token, so a process that lost its job writes nothing.
 
 use std::sync::Arc;
@@ -14,7 +20,9 @@ use std::sync::Arc;
 use crate::checkpoint::fencing::FencingToken;
 use crate::checkpoint::job_lock::{holder_description, JobLock};
 use crate::checkpoint::job_record::{JobRecord, RecordedCheckpoint, RecordedStatus};
+use crate::checkpoint::metadata::CheckpointMetadata;
 use crate::checkpoint::recovery::PreviousRecord;
+use crate::checkpoint::shared_state_registry::SharedStateRegistry;
 use crate::checkpoint::storage::{CheckpointStorage, StorageError};
 use crate::error::WeirError;
 use crate::runtime::stream_element::SnapshotType;
@@ -26,6 +34,8 @@ pub struct CompletedCheckpointStore {
     _lock: Option<JobLock>,
     record: JobRecord,
     fencing: FencingToken,
+    /// The shared files the retained checkpoints refer to.
+    shared: SharedStateRegistry,
 }
 
 impl CompletedCheckpointStore {
@@ -68,6 +78,7 @@ impl CompletedCheckpointStore {
                 _lock: lock,
                 record,
                 fencing,
+                shared: SharedStateRegistry::new(),
             },
             previous,
         ))
@@ -94,7 +105,115 @@ impl CompletedCheckpointStore {
         self.record.status = RecordedStatus::Running;
         self.storage.write_job_record(&self.record)?;
         self.remove_leftovers();
+        self.rebuild_shared_registry();
         Ok(())
+    }
+
+    /// The job's own shared location.
+    fn own_shared_location(&self) -> String {
+        self.storage
+            .shared_location_of(&self.storage.location(0, SnapshotType::Checkpoint))
+    }
+
+    /// Whether the shared files of the checkpoint at `location` are this job's to manage
+    /// (not those of another job whose retained checkpoint this one started from).
+    fn owns_shared_files_of(&self, location: &str) -> bool {
+        self.storage.shared_location_of(location) == self.own_shared_location()
+    }
+
+    /// Registers the shared files of every recorded checkpoint, then removes the files of
+    /// the shared location that none of them names — unless a recorded checkpoint could not
+    /// be read, when what it refers to is unknown and nothing is removed.
+    fn rebuild_shared_registry(&mut self) {
+        let mut registry = SharedStateRegistry::new();
+        let mut complete = true;
+        for checkpoint in &self.record.completed {
+            if !self.owns_shared_files_of(&checkpoint.location) {
+                continue;
+            }
+            match self.storage.read_metadata(&checkpoint.location) {
+                Ok(metadata) => registry.register(
+                    checkpoint.id,
+                    metadata.shared_files().map(|f| f.stored_name.as_str()),
+                ),
+                Err(e) => {
+                    tracing::warn!(checkpoint = checkpoint.id, error = %e,
+                        "cannot read a retained checkpoint: no shared state file is removed");
+                    complete = false;
+                }
+            }
+        }
+        self.shared = registry;
+        if complete {
+            self.remove_unreferenced_shared_files();
+        }
+    }
+
+    /// Deletes the files of the shared location that no retained checkpoint refers to.
+    fn remove_unreferenced_shared_files(&self) {
+        let shared = self.own_shared_location();
+        let present = match self.storage.list_files(&shared) {
+            Ok(present) => present,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the shared state files");
+                return;
+            }
+        };
+        let leftovers = self.shared.unreferenced(&present);
+        if !leftovers.is_empty() {
+            tracing::info!(
+                files = leftovers.len(),
+                "removing shared state files no retained checkpoint refers to"
+            );
+        }
+        self.delete_shared(leftovers);
+    }
+
+    /// Deletes shared files (best effort: a leftover goes at the next start).
+    fn delete_shared<'a>(&self, files: impl IntoIterator<Item = &'a str>) {
+        if self.fencing.check().is_err() {
+            return;
+        }
+        let shared = self.own_shared_location();
+        for file in files {
+            if let Err(e) = self.storage.delete_file(&shared, file) {
+                tracing::warn!(%file, error = %e, "cannot remove a shared state file");
+            }
+        }
+    }
+
+    /// Checks that every shared file `metadata` refers to without having uploaded it is
+    /// still referred to by a retained checkpoint; call it before writing the metadata.
+    pub fn check_shared_references(&self, metadata: &CheckpointMetadata) -> Result<(), WeirError> {
+        let missing = self.shared.missing_references(metadata);
+        match missing.first() {
+            None => Ok(()),
+            Some(file) => Err(WeirError::InvalidRequest(format!(
+                "checkpoint {} refers to {} shared state file(s) that no retained checkpoint \
+                 holds any more (`{}`, uploaded by checkpoint {}); it cannot complete, and \
+                 the next checkpoint uploads them again",
+                metadata.checkpoint_id,
+                missing.len(),
+                file.stored_name,
+                file.uploaded_in
+            ))),
+        }
+    }
+
+    /// Deletes the shared files a checkpoint that will not complete uploaded (those no
+    /// retained checkpoint refers to).
+    pub fn discard_shared_uploads(&self, files: &[String]) {
+        self.delete_shared(
+            files
+                .iter()
+                .map(String::as_str)
+                .filter(|f| !self.shared.is_registered(f)),
+        );
+    }
+
+    /// The shared files the retained checkpoints refer to.
+    pub fn shared_registry(&self) -> &SharedStateRegistry {
+        &self.shared
     }
 
     /// Takes a job that finished already: records this process as its holder (keeping the
@@ -136,7 +255,7 @@ impl CompletedCheckpointStore {
 
     /// Deletes every checkpoint of this job in storage — this run's and earlier runs' — once
     /// the recorded status covers their work.
-    fn delete_checkpoints(&self) {
+    fn delete_checkpoints(&mut self) {
         match self.storage.list_checkpoints() {
             Ok(stored) => {
                 for checkpoint in stored {
@@ -145,6 +264,9 @@ impl CompletedCheckpointStore {
             }
             Err(e) => tracing::warn!(error = %e, "cannot list checkpoints to remove them"),
         }
+        // Savepoints are self-contained: with the checkpoints gone, no shared file is needed.
+        self.shared = SharedStateRegistry::new();
+        self.remove_unreferenced_shared_files();
     }
 
     /// The storage.
@@ -179,20 +301,27 @@ impl CompletedCheckpointStore {
         Ok(())
     }
 
-    /// Records completed checkpoint `id` at `location` as the newest restore point — call it
-    /// after its metadata is durable and before any sink hears of it — and deletes the
-    /// checkpoints the record no longer names (beyond `retained`). On an error the record on
-    /// disk may name the checkpoint or not: its files must stay.
+    /// Records completed checkpoint `metadata` at `location` as the newest restore point —
+    /// call it after its metadata is durable and before any sink hears of it — and deletes
+    /// the checkpoints the record no longer names (beyond `retained`), with the shared files
+    /// only they referred to. On an error the record on disk may name the checkpoint or not:
+    /// its files must stay.
     pub fn add_completed(
         &mut self,
-        id: u64,
-        kind: SnapshotType,
+        metadata: &CheckpointMetadata,
         location: &str,
         retained: u32,
     ) -> Result<(), WeirError> {
+        let id = metadata.checkpoint_id;
+        // Registered first, so that nothing it refers to is released below — and kept on
+        // an error, which may have recorded it.
+        if self.owns_shared_files_of(location) {
+            self.shared
+                .register(id, metadata.shared_files().map(|f| f.stored_name.as_str()));
+        }
         let before = self.record.clone();
         let dropped = self.record.add_completed(
-            RecordedCheckpoint::new(id, kind, location.to_string()),
+            RecordedCheckpoint::new(id, metadata.kind, location.to_string()),
             retained as usize,
         );
         if let Err(e) = self.write() {
@@ -201,6 +330,8 @@ impl CompletedCheckpointStore {
         }
         for old in dropped {
             self.discard(&old.location);
+            let released = self.shared.release(old.id);
+            self.delete_shared(released.iter().map(String::as_str));
         }
         Ok(())
     }
@@ -267,31 +398,30 @@ impl CompletedCheckpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::metadata::CheckpointMetadata;
     use crate::checkpoint::storage::FsCheckpointStorage;
+
+    fn empty(store: &CompletedCheckpointStore, id: u64, kind: SnapshotType) -> CheckpointMetadata {
+        CheckpointMetadata {
+            checkpoint_id: id,
+            kind,
+            job_name: "j".into(),
+            epoch: store.fencing().epoch(),
+            timestamp_millis: 0,
+            operators: vec![],
+        }
+    }
 
     fn complete(store: &mut CompletedCheckpointStore, id: u64) -> String {
         let location = store
             .storage()
             .init_location(id, SnapshotType::Checkpoint)
             .unwrap();
+        let metadata = empty(store, id, SnapshotType::Checkpoint);
         store
             .storage()
-            .write_metadata(
-                &location,
-                &CheckpointMetadata {
-                    checkpoint_id: id,
-                    kind: SnapshotType::Checkpoint,
-                    job_name: "j".into(),
-                    epoch: store.fencing().epoch(),
-                    timestamp_millis: 0,
-                    operators: vec![],
-                },
-            )
+            .write_metadata(&location, &metadata)
             .unwrap();
-        store
-            .add_completed(id, SnapshotType::Checkpoint, &location, 2)
-            .unwrap();
+        store.add_completed(&metadata, &location, 2).unwrap();
         location
     }
 
@@ -364,7 +494,7 @@ mod tests {
         complete(&mut store, 1);
         let savepoint = storage.init_location(2, SnapshotType::Savepoint).unwrap();
         store
-            .add_completed(2, SnapshotType::Savepoint, &savepoint, 2)
+            .add_completed(&empty(&store, 2, SnapshotType::Savepoint), &savepoint, 2)
             .unwrap();
         complete(&mut store, 3);
         store

@@ -48,6 +48,22 @@ pub enum Acknowledgement {
     },
 }
 
+impl Acknowledgement {
+    /// The shared state files this acknowledgement of checkpoint `id` uploaded for it.
+    pub fn shared_uploads(&self, id: u64) -> Vec<String> {
+        match self {
+            Acknowledgement::Task { states, .. } => states
+                .iter()
+                .filter_map(|(_, s)| s.keyed.as_ref())
+                .flat_map(|k| k.shared_files())
+                .filter(|f| f.uploaded_in == id)
+                .map(|f| f.stored_name.clone())
+                .collect(),
+            Acknowledgement::Coordinator { .. } => Vec::new(),
+        }
+    }
+}
+
 /// A checkpoint in flight.
 #[derive(Debug, Clone)]
 pub struct PendingCheckpoint {
@@ -70,6 +86,15 @@ impl PendingCheckpoint {
     /// Participants that have not acknowledged yet.
     pub fn awaiting(&self) -> &BTreeSet<Participant> {
         &self.awaiting
+    }
+
+    /// The shared state files the acknowledgements received so far uploaded for this
+    /// checkpoint: to delete if it does not complete.
+    pub fn shared_uploads(&self) -> Vec<String> {
+        self.acks
+            .values()
+            .flat_map(|ack| ack.shared_uploads(self.id()))
+            .collect()
     }
 
     /// Assembles the metadata. `operator(node)` gives an operator's uid, name,
@@ -134,14 +159,21 @@ impl PendingCheckpoint {
         failure: Option<String>,
     ) -> CheckpointStats {
         let mut subtasks = Vec::new();
-        let mut state_size = 0;
+        let (mut state_size, mut checkpointed_size) = (0, 0);
         for ack in self.acks.values() {
             match ack {
                 Acknowledgement::Task { states, stats } => {
                     state_size += states.iter().map(|(_, s)| s.size()).sum::<u64>();
+                    checkpointed_size += states
+                        .iter()
+                        .map(|(_, s)| s.uploaded_size(self.id()))
+                        .sum::<u64>();
                     subtasks.push(stats.clone());
                 }
-                Acknowledgement::Coordinator { state } => state_size += state.len() as u64,
+                Acknowledgement::Coordinator { state } => {
+                    state_size += state.len() as u64;
+                    checkpointed_size += state.len() as u64;
+                }
             }
         }
         CheckpointStats {
@@ -151,6 +183,7 @@ impl PendingCheckpoint {
             trigger_timestamp_millis: self.barrier.timestamp_millis,
             duration: Some(now.saturating_duration_since(self.triggered_at)),
             state_size,
+            checkpointed_size,
             subtasks,
             failure,
             location: Some(self.location.clone()),

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, KeyedStateHandle, ListRedistribution, METADATA_FILE,
+    CheckpointMetadata, KeyGroupsStateHandle, KeyedStateHandle, ListRedistribution, StateFile,
+    METADATA_FILE,
 };
 use crate::runtime::stream_element::SnapshotType;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
@@ -60,14 +61,35 @@ pub struct ListStateSummary {
 pub struct SubtaskSummary {
     /// The subtask index.
     pub subtask: u32,
-    /// Its keyed state file, if any.
+    /// Its keyed state file in the canonical format, if any.
     pub keyed_file: Option<String>,
-    /// Bytes per key group, in key-group order.
+    /// Bytes per key group, in key-group order (canonical format only).
     pub key_groups: Vec<(u32, u64)>,
+    /// Its keyed state as a backend's own files (incremental checkpoints), if so.
+    pub incremental: Option<IncrementalSummary>,
     /// Its operator list states.
     pub lists: Vec<ListStateSummary>,
     /// Its sink's pending transactions, if it is a transactional sink.
     pub pending_transactions: Vec<PendingTransaction>,
+}
+
+/// Keyed state kept as a backend's own files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IncrementalSummary {
+    /// The backend that wrote them.
+    pub backend: String,
+    /// The key groups they hold.
+    pub key_groups: (u32, u32),
+    /// Files shared with other checkpoints (in the job's shared location).
+    pub shared_files: usize,
+    /// Files of this checkpoint only.
+    pub private_files: usize,
+    /// Bytes in all of them.
+    pub bytes: u64,
+    /// Bytes this checkpoint uploaded.
+    pub uploaded_bytes: u64,
+    /// The states they hold.
+    pub states: Vec<String>,
 }
 
 /// One operator's state.
@@ -210,12 +232,30 @@ pub fn summarize(path: &Path) -> Result<CheckpointSummary, InspectError> {
                 .iter()
                 .map(|s| SubtaskSummary {
                     subtask: s.subtask,
-                    keyed_file: s.keyed.as_ref().map(|k| k.file.clone()),
-                    key_groups: s
-                        .keyed
-                        .iter()
-                        .flat_map(|k| k.key_groups.iter().map(|g| (g.key_group, g.length)))
-                        .collect(),
+                    keyed_file: match &s.keyed {
+                        Some(KeyedStateHandle::KeyGroups(k)) => Some(k.file.clone()),
+                        _ => None,
+                    },
+                    key_groups: match &s.keyed {
+                        Some(KeyedStateHandle::KeyGroups(k)) => k
+                            .key_groups
+                            .iter()
+                            .map(|g| (g.key_group, g.length))
+                            .collect(),
+                        _ => Vec::new(),
+                    },
+                    incremental: match &s.keyed {
+                        Some(KeyedStateHandle::Incremental(h)) => Some(IncrementalSummary {
+                            backend: h.backend.clone(),
+                            key_groups: (h.key_groups.start, h.key_groups.end),
+                            shared_files: h.shared.len(),
+                            private_files: h.private.len(),
+                            bytes: h.size(),
+                            uploaded_bytes: h.uploaded_size(metadata.checkpoint_id),
+                            states: h.states.iter().map(|s| s.name.clone()).collect(),
+                        }),
+                        _ => None,
+                    },
                     lists: s
                         .lists
                         .iter()
@@ -248,7 +288,7 @@ pub fn summarize(path: &Path) -> Result<CheckpointSummary, InspectError> {
     })
 }
 
-fn verify_keyed(location: &Path, handle: &KeyedStateHandle) -> Result<(), String> {
+fn verify_keyed(location: &Path, handle: &KeyGroupsStateHandle) -> Result<(), String> {
     let path = location.join(&handle.file);
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot be read: {e}"))?;
     if !bytes.starts_with(b"WEIRKG01") {
@@ -271,6 +311,47 @@ fn verify_keyed(location: &Path, handle: &KeyedStateHandle) -> Result<(), String
     Ok(())
 }
 
+/// Checks one file of a backend's own snapshot: its length and checksum.
+fn verify_state_file(path: &Path, file: &StateFile) -> Result<(), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot be read: {e}"))?;
+    if bytes.len() as u64 != file.size {
+        return Err(format!(
+            "{} bytes, expected {}: the file is truncated or was replaced",
+            bytes.len(),
+            file.size
+        ));
+    }
+    if crc32fast::hash(&bytes) != file.crc32 {
+        return Err("checksum mismatch".into());
+    }
+    Ok(())
+}
+
+/// The files of a keyed state handle, where they are, paired with how to check each.
+fn keyed_files<'h>(
+    location: &Path,
+    handle: &'h KeyedStateHandle,
+) -> Vec<(PathBuf, Option<&'h StateFile>)> {
+    match handle {
+        KeyedStateHandle::KeyGroups(h) => vec![(location.join(&h.file), None)],
+        KeyedStateHandle::Incremental(h) => {
+            let shared = location
+                .parent()
+                .unwrap_or(location)
+                .join(crate::checkpoint::storage::SHARED_DIR);
+            h.shared
+                .iter()
+                .map(|f| (shared.join(&f.stored_name), Some(f)))
+                .chain(
+                    h.private
+                        .iter()
+                        .map(|f| (location.join(&f.stored_name), Some(f))),
+                )
+                .collect()
+        }
+    }
+}
+
 /// Checks every checksum of the checkpoint at `path`: the metadata's (an error if it does
 /// not verify), then every key group block of every keyed state file. Returns what is
 /// damaged; empty when everything verifies.
@@ -284,23 +365,31 @@ pub fn verify_with_progress(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<Damage>, InspectError> {
     let (location, metadata) = read_metadata(path)?;
-    let files = metadata
+    let files: usize = metadata
         .operators
         .iter()
         .flat_map(|op| &op.subtasks)
-        .filter(|s| s.keyed.is_some())
-        .count();
+        .filter_map(|s| s.keyed.as_ref())
+        .map(|h| keyed_files(&location, h).len())
+        .sum();
     let mut checked = 0;
     let mut damage = Vec::new();
     for op in &metadata.operators {
         for subtask in &op.subtasks {
-            if let Some(handle) = &subtask.keyed {
-                let outcome = verify_keyed(&location, handle);
+            let Some(handle) = &subtask.keyed else {
+                continue;
+            };
+            for (path, file) in keyed_files(&location, handle) {
+                let outcome = match (handle, file) {
+                    (KeyedStateHandle::KeyGroups(h), _) => verify_keyed(&location, h),
+                    (_, Some(file)) => verify_state_file(&path, file),
+                    (_, None) => Ok(()),
+                };
                 checked += 1;
                 progress(checked, files);
                 if let Err(problem) = outcome {
                     damage.push(Damage {
-                        file: location.join(&handle.file),
+                        file: path,
                         operator: op.name.clone(),
                         subtask: subtask.subtask,
                         problem,

@@ -9,12 +9,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::checksummed;
 use crate::runtime::stream_element::SnapshotType;
+use crate::state::backend::StateDescriptor;
+use crate::state::key_group::KeyGroupRange;
 
 /// File name of the metadata inside a checkpoint location.
 pub const METADATA_FILE: &str = "_metadata";
-const MAGIC: &[u8; 8] = b"WEIRCHK2";
-/// The magic of the format before the epoch was added, for a clear error.
-const OLD_MAGIC: &[u8; 8] = b"WEIRCHK1";
+const MAGIC: &[u8; 8] = b"WEIRCHK3";
+/// The magics of earlier formats, for a clear error: before the epoch was added (1), and
+/// before keyed state could be incremental (2).
+const OLD_MAGICS: [(&[u8; 8], &str); 2] = [
+    (b"WEIRCHK1", "format 1, without epochs"),
+    (b"WEIRCHK2", "format 2, before incremental checkpoints"),
+];
 
 /// How an operator list state is redistributed when parallelism changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,19 +56,115 @@ pub struct KeyGroupEntry {
     pub crc32: u32,
 }
 
-/// A keyed state file of one operator subtask.
+/// A keyed state file of one operator subtask in the canonical format, which every backend
+/// restores: one checksummed block per key group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyedStateHandle {
+pub struct KeyGroupsStateHandle {
     /// File name, relative to the checkpoint location.
     pub file: String,
     /// Its key groups, in order.
     pub key_groups: Vec<KeyGroupEntry>,
 }
 
-impl KeyedStateHandle {
+impl KeyGroupsStateHandle {
     /// Bytes of state in the file.
     pub fn size(&self) -> u64 {
         self.key_groups.iter().map(|k| k.length).sum()
+    }
+}
+
+/// One file of a backend's native snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// Its name in the backend's own directory (`000042.sst`, `MANIFEST-000005`).
+    pub local_name: String,
+    /// Its name in checkpoint storage: in the job's shared location for a shared file, in
+    /// the checkpoint's location for a private one.
+    pub stored_name: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// CRC-32 of its bytes.
+    pub crc32: u32,
+    /// The checkpoint that uploaded it: a shared file is uploaded once, by the first
+    /// checkpoint that has it, and referenced by the later ones.
+    pub uploaded_in: u64,
+}
+
+/// The keyed state of one operator subtask as a backend's own files (Flink's
+/// `IncrementalRemoteKeyedStateHandle`): immutable files shared between checkpoints, kept in
+/// the job's shared location and reference-counted by the
+/// [`SharedStateRegistry`](crate::checkpoint::shared_state_registry::SharedStateRegistry),
+/// plus the few files private to this checkpoint. Only the backend that wrote it restores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalKeyedStateHandle {
+    /// The backend, as `state.backend.type` names it.
+    pub backend: String,
+    /// The key groups the files hold (a restore at another parallelism cuts its range out).
+    pub key_groups: KeyGroupRange,
+    /// Immutable files, in the job's shared location.
+    pub shared: Vec<StateFile>,
+    /// Files of this checkpoint only, in its location.
+    pub private: Vec<StateFile>,
+    /// The states the files hold.
+    pub states: Vec<StateDescriptor>,
+}
+
+impl IncrementalKeyedStateHandle {
+    /// Bytes of state in all its files.
+    pub fn size(&self) -> u64 {
+        self.shared
+            .iter()
+            .chain(&self.private)
+            .map(|f| f.size)
+            .sum()
+    }
+
+    /// Bytes that checkpoint `checkpoint_id` uploaded: its private files and the shared
+    /// files it was the first to have.
+    pub fn uploaded_size(&self, checkpoint_id: u64) -> u64 {
+        let shared: u64 = self
+            .shared
+            .iter()
+            .filter(|f| f.uploaded_in == checkpoint_id)
+            .map(|f| f.size)
+            .sum();
+        shared + self.private.iter().map(|f| f.size).sum::<u64>()
+    }
+}
+
+/// The keyed state of one operator subtask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyedStateHandle {
+    /// A file in the canonical format (the heap backend, savepoints, full checkpoints).
+    KeyGroups(KeyGroupsStateHandle),
+    /// A backend's own files, shared between incremental checkpoints.
+    Incremental(IncrementalKeyedStateHandle),
+}
+
+impl KeyedStateHandle {
+    /// Bytes of state (all of it, also for an incremental handle).
+    pub fn size(&self) -> u64 {
+        match self {
+            Self::KeyGroups(h) => h.size(),
+            Self::Incremental(h) => h.size(),
+        }
+    }
+
+    /// Bytes that checkpoint `checkpoint_id` wrote of this state (less than
+    /// [`size`](Self::size) for an incremental handle).
+    pub fn uploaded_size(&self, checkpoint_id: u64) -> u64 {
+        match self {
+            Self::KeyGroups(h) => h.size(),
+            Self::Incremental(h) => h.uploaded_size(checkpoint_id),
+        }
+    }
+
+    /// The shared files it refers to.
+    pub fn shared_files(&self) -> &[StateFile] {
+        match self {
+            Self::KeyGroups(_) => &[],
+            Self::Incremental(h) => &h.shared,
+        }
     }
 }
 
@@ -86,6 +188,19 @@ impl OperatorSubtaskState {
             .flat_map(|l| l.items.iter().map(Vec::len))
             .sum();
         self.keyed.as_ref().map_or(0, KeyedStateHandle::size) + lists as u64
+    }
+
+    /// Bytes that checkpoint `checkpoint_id` wrote of this subtask's state.
+    pub fn uploaded_size(&self, checkpoint_id: u64) -> u64 {
+        let lists: usize = self
+            .lists
+            .iter()
+            .flat_map(|l| l.items.iter().map(Vec::len))
+            .sum();
+        self.keyed
+            .as_ref()
+            .map_or(0, |k| k.uploaded_size(checkpoint_id))
+            + lists as u64
     }
 }
 
@@ -137,6 +252,15 @@ impl CheckpointMetadata {
                 .sum::<u64>()
     }
 
+    /// Every shared file this checkpoint refers to.
+    pub fn shared_files(&self) -> impl Iterator<Item = &StateFile> {
+        self.operators
+            .iter()
+            .flat_map(|o| o.subtasks.iter())
+            .filter_map(|s| s.keyed.as_ref())
+            .flat_map(KeyedStateHandle::shared_files)
+    }
+
     /// The state of operator `uid`.
     pub fn operator(&self, uid: &str) -> Option<&OperatorState> {
         self.operators.iter().find(|o| o.uid == uid)
@@ -149,12 +273,13 @@ impl CheckpointMetadata {
 
     /// Decodes and verifies; the error says what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<CheckpointMetadata, String> {
-        if bytes.starts_with(OLD_MAGIC) {
-            return Err(
-                "written by an older Weir (format 1, without epochs); restore it with the Weir \
-                 version that wrote it"
-                    .into(),
-            );
+        for (magic, format) in OLD_MAGICS {
+            if bytes.starts_with(magic) {
+                return Err(format!(
+                    "written by an older Weir ({format}); restore it with the Weir version that \
+                     wrote it and take a savepoint there"
+                ));
+            }
         }
         checksummed::decode(MAGIC, "Weir checkpoint metadata file", bytes)
     }
@@ -178,7 +303,7 @@ mod tests {
                 max_parallelism: 128,
                 subtasks: vec![OperatorSubtaskState {
                     subtask: 0,
-                    keyed: Some(KeyedStateHandle {
+                    keyed: Some(KeyedStateHandle::KeyGroups(KeyGroupsStateHandle {
                         file: "count-0.keyed".into(),
                         key_groups: vec![KeyGroupEntry {
                             key_group: 0,
@@ -186,7 +311,7 @@ mod tests {
                             length: 10,
                             crc32: 3,
                         }],
-                    }),
+                    })),
                     lists: vec![ListStateEntry {
                         name: "splits".into(),
                         mode: ListRedistribution::EvenSplit,

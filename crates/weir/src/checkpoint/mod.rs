@@ -16,5 +16,6 @@ pub mod recovery;
 pub mod restart_strategy;
 pub mod restore;
 pub mod savepoint;
+pub mod shared_state_registry;
 pub mod stats;
 pub mod storage;

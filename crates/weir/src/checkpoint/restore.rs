@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, KeyGroupEntry, ListRedistribution, ListStateEntry, OperatorState,
+    CheckpointMetadata, IncrementalKeyedStateHandle, KeyGroupEntry, KeyedStateHandle,
+    ListRedistribution, ListStateEntry, OperatorState,
 };
 use crate::graph::ids::NodeId;
 use crate::graph::stream_graph::StreamGraph;
@@ -51,6 +52,9 @@ pub enum RestoreError {
 pub struct SubtaskRestorePlan {
     /// Key-group blocks to read: (file, entry).
     pub keyed: Vec<(String, KeyGroupEntry)>,
+    /// A backend's own files whose key groups overlap the subtask's (its backend cuts the
+    /// subtask's range out of them).
+    pub incremental: Vec<IncrementalKeyedStateHandle>,
     /// Operator list states after redistribution.
     pub lists: Vec<ListStateEntry>,
 }
@@ -160,18 +164,27 @@ pub fn assign_state(
             .map(|(i, lists)| {
                 let range =
                     key_group_range_for_operator(node.max_parallelism, node.parallelism, i as u32);
-                let keyed = old
-                    .subtasks
-                    .iter()
-                    .filter_map(|s| s.keyed.as_ref())
-                    .flat_map(|h| {
-                        h.key_groups
-                            .iter()
-                            .filter(|e| range.contains(e.key_group))
-                            .map(|e| (h.file.clone(), *e))
-                    })
-                    .collect();
-                SubtaskRestorePlan { keyed, lists }
+                let mut keyed = Vec::new();
+                let mut incremental = Vec::new();
+                for handle in old.subtasks.iter().filter_map(|s| s.keyed.as_ref()) {
+                    match handle {
+                        KeyedStateHandle::KeyGroups(h) => keyed.extend(
+                            h.key_groups
+                                .iter()
+                                .filter(|e| range.contains(e.key_group))
+                                .map(|e| (h.file.clone(), *e)),
+                        ),
+                        KeyedStateHandle::Incremental(h) if h.key_groups.overlaps(&range) => {
+                            incremental.push(h.clone())
+                        }
+                        KeyedStateHandle::Incremental(_) => {}
+                    }
+                }
+                SubtaskRestorePlan {
+                    keyed,
+                    incremental,
+                    lists,
+                }
             })
             .collect();
         assignment.subtasks.insert(node.id, plans);
@@ -185,7 +198,7 @@ pub fn assign_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::metadata::{KeyedStateHandle, OperatorSubtaskState};
+    use crate::checkpoint::metadata::{KeyGroupsStateHandle, OperatorSubtaskState};
     use crate::graph::partitioner::PartitionerKind;
     use crate::graph::stream_graph::test_graphs::TestGraph;
     use crate::graph::stream_graph::OperatorKind;
@@ -206,10 +219,10 @@ mod tests {
                 let range = key_group_range_for_operator(128, parallelism, i);
                 OperatorSubtaskState {
                     subtask: i,
-                    keyed: Some(KeyedStateHandle {
+                    keyed: Some(KeyedStateHandle::KeyGroups(KeyGroupsStateHandle {
                         file: format!("f{i}"),
                         key_groups: range.iter().map(entry).collect(),
-                    }),
+                    })),
                     lists: vec![
                         ListStateEntry {
                             name: "splits".into(),

@@ -33,8 +33,12 @@ pub struct SubtaskCheckpointStats {
     pub alignment_duration: Duration,
     /// Time from the trigger until the barrier reached this task.
     pub start_delay: Duration,
-    /// Bytes of state written.
+    /// Bytes of state (all of it, also when only part of it was written).
     pub state_size: u64,
+    /// Bytes this checkpoint wrote: less than `state_size` when incremental (Flink's
+    /// `checkpointed_size`).
+    #[serde(default)]
+    pub checkpointed_size: u64,
 }
 
 /// One checkpoint's statistics.
@@ -52,6 +56,8 @@ pub struct CheckpointStats {
     pub duration: Option<Duration>,
     /// Bytes of state.
     pub state_size: u64,
+    /// Bytes written by this checkpoint (less than `state_size` when incremental).
+    pub checkpointed_size: u64,
     /// Per acknowledging subtask.
     pub subtasks: Vec<SubtaskCheckpointStats>,
     /// Why it failed.
@@ -92,11 +98,12 @@ impl fmt::Display for CheckpointStats {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         write!(
             f,
-            "{:?} {} {:?}: {} bytes, {:.1} ms end-to-end, sync max {:.2} ms, async max {:.1} ms, alignment max {:.1} ms",
+            "{:?} {} {:?}: {} bytes ({} written), {:.1} ms end-to-end, sync max {:.2} ms, async max {:.1} ms, alignment max {:.1} ms",
             self.kind,
             self.id,
             self.status,
             self.state_size,
+            self.checkpointed_size,
             self.duration.map_or(0.0, ms),
             ms(self.max_sync_duration()),
             ms(self.max_async_duration()),
@@ -191,6 +198,7 @@ mod tests {
             trigger_timestamp_millis: 0,
             duration: Some(Duration::from_millis(millis)),
             state_size: 0,
+            checkpointed_size: 0,
             subtasks: Vec::new(),
             failure: None,
             location: None,

@@ -51,6 +51,16 @@ impl Configuration {
         if let Some(dir) = self.text("state.backend.local-dir") {
             config.state_backend.local_dir = Some(dir.trim().into());
         }
+        // A backend's own keys (`state.backend.<type>.<option>`) go to it as written; their
+        // kinds were checked with every other key's.
+        for (key, value) in self.entries() {
+            if key.starts_with("state.backend.") && key.split('.').count() >= 4 {
+                config
+                    .state_backend
+                    .options
+                    .insert(key.to_string(), value.value.trim().to_string());
+            }
+        }
         self.apply_checkpointing(config)?;
         self.apply_restore(config)?;
         if let Some(strategy) = self.restart_strategy()? {

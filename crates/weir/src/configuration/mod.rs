@@ -32,6 +32,7 @@
 mod apply;
 mod duration;
 mod error;
+mod memory_size;
 pub mod options;
 mod yaml;
 
@@ -41,6 +42,7 @@ use std::path::{Path, PathBuf};
 
 pub use duration::parse_duration;
 pub use error::ConfigurationError;
+pub use memory_size::parse_memory_size;
 pub use options::{ConfigOption, OptionKind, OPTIONS};
 
 /// The file name Weir looks for.
@@ -238,6 +240,17 @@ impl Configuration {
             .transpose()
     }
 
+    /// `key` as a memory size in bytes, if set.
+    pub fn memory_size(&self, key: &str) -> Result<Option<u64>, ConfigurationError> {
+        self.values
+            .get(key)
+            .map(|v| {
+                parse_memory_size(&v.value)
+                    .ok_or_else(|| self.invalid(key, memory_size::MEMORY_SIZE_FORMS))
+            })
+            .transpose()
+    }
+
     /// `key` as a whole number within its option's bounds, if set.
     pub fn integer(&self, key: &str) -> Result<Option<i64>, ConfigurationError> {
         let Some(value) = self.values.get(key) else {
@@ -314,6 +327,7 @@ fn check_kind(key: &str, value: &ConfigValue, kind: OptionKind) -> Result<(), Co
     one.values.insert(key.to_string(), value.clone());
     match kind {
         OptionKind::Duration => one.duration(key).map(drop),
+        OptionKind::MemorySize => one.memory_size(key).map(drop),
         OptionKind::Integer { .. } => one.integer(key).map(drop),
         OptionKind::Float => one.float(key).map(drop),
         OptionKind::Boolean => one.boolean(key).map(drop),

@@ -7,6 +7,8 @@
 pub enum OptionKind {
     /// A duration (`10 s`, `500 ms`, a number of milliseconds).
     Duration,
+    /// A memory size (`64 mb`, `1 gb`, a number of bytes).
+    MemorySize,
     /// A whole number between the bounds.
     Integer {
         /// Smallest.
@@ -47,7 +49,7 @@ const fn int(min: i64, max: i64) -> OptionKind {
     OptionKind::Integer { min, max }
 }
 
-use OptionKind::{Boolean, Duration, Enumeration, Float, Text};
+use OptionKind::{Boolean, Duration, Enumeration, Float, MemorySize, Text};
 
 /// Every key, in the order the documentation lists them.
 pub const OPTIONS: &[ConfigOption] = &[
@@ -155,6 +157,21 @@ pub const OPTIONS: &[ConfigOption] = &[
         "state.backend.local-dir",
         Text,
         "Where a disk state backend keeps its working files (default: the system's temporary directory).",
+    ),
+    option(
+        "state.backend.rocksdb.memory.fixed-per-slot",
+        MemorySize,
+        "The memory the RocksDB backend of one keyed operator subtask may use for its block cache and write buffers together (default 128 mb).",
+    ),
+    option(
+        "state.backend.rocksdb.memory.write-buffer-ratio",
+        Float,
+        "The share of the RocksDB backend's memory that write buffers (memtables) may take (default 0.5).",
+    ),
+    option(
+        "state.backend.rocksdb.thread.num",
+        int(1, 64),
+        "Background threads of each RocksDB instance, for flushes and compactions (default 2).",
     ),
     option(
         "state.backend.local-recovery",

@@ -2,9 +2,12 @@
 //! restored state loaded, but not started.
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::checkpoint::fencing::FencingToken;
+use crate::checkpoint::metadata::IncrementalKeyedStateHandle;
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
@@ -17,9 +20,11 @@ use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
 use crate::runtime::snapshot::RestoredOperatorState;
 use crate::runtime::source_task::ReaderEndpoint;
+use crate::runtime::stream_element::SnapshotType;
 use crate::runtime::stream_type::{AnyBox, StreamType, WriterSpec};
 use crate::runtime::task::{Invokable, OperatorSetup};
 use crate::runtime::transport::Transport;
+use crate::state::backend_factory::RestoredStateFiles;
 use crate::state::key_group::key_group_range_for_operator;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
 
@@ -121,10 +126,61 @@ fn setup_error(
     }
 }
 
+/// Numbers the directories restores download state files into, within this process.
+static NEXT_RESTORE_DIR: AtomicU64 = AtomicU64::new(0);
+
+/// Downloads the files of `handle` (of the checkpoint at `location`) into a new directory
+/// under `root`, each checked against its length and checksum.
+fn download_state_files(
+    storage: &dyn CheckpointStorage,
+    location: &str,
+    handle: &IncrementalKeyedStateHandle,
+    root: &Path,
+    stem: &str,
+) -> Result<RestoredStateFiles, DeployError> {
+    let dir = root.join(format!(
+        "restore-{stem}-{}-{}",
+        std::process::id(),
+        NEXT_RESTORE_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    let local_error = |action: &str, path: &Path, e: std::io::Error| {
+        DeployError::Other(WeirError::Internal(format!(
+            "cannot {action} `{}` to restore keyed state: {e}",
+            path.display()
+        )))
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| local_error("create", &dir, e))?;
+    let shared_location = storage.shared_location_of(location);
+    let own_shared = storage.shared_location_of(&storage.location(0, SnapshotType::Checkpoint));
+    // From here on the directory is removed again if anything fails.
+    let files = RestoredStateFiles::new(handle.clone(), shared_location == own_shared, dir);
+    let all = handle
+        .shared
+        .iter()
+        .map(|f| (shared_location.as_str(), f))
+        .chain(handle.private.iter().map(|f| (location, f)));
+    for (from, file) in all {
+        let verify = |bytes: &[u8]| {
+            if crc32fast::hash(bytes) == file.crc32 {
+                Ok(())
+            } else {
+                Err(format!("checksum mismatch ({} bytes)", bytes.len()))
+            }
+        };
+        let bytes = storage
+            .read_range(from, &file.stored_name, 0, file.size, &verify)
+            .map_err(|e| DeployError::CorruptState(e.to_string()))?;
+        let dest = files.dir().join(&file.local_name);
+        std::fs::write(&dest, &bytes).map_err(|e| local_error("write", &dest, e))?;
+    }
+    Ok(files)
+}
+
 /// Reads and verifies the state a subtask of `node` restores.
 fn load_state(
     restore: &RestorePoint,
     storage: Option<&Arc<dyn CheckpointStorage>>,
+    job: &JobDefinition,
     node: NodeId,
     subtask: u32,
 ) -> Result<Option<Arc<RestoredOperatorState>>, DeployError> {
@@ -160,8 +216,31 @@ fn load_state(
             );
         }
     }
+    let mut keyed_files = Vec::with_capacity(plan.incremental.len());
+    if !plan.incremental.is_empty() {
+        let storage = storage.ok_or_else(|| {
+            WeirError::Internal("restoring keyed state without checkpoint storage".into())
+        })?;
+        let root = job.config.state_backend.working_root();
+        let stem = format!(
+            "{}-{subtask}",
+            crate::state::backend_factory::file_name_of(
+                &job.plan.stream_graph.node(node).effective_uid()
+            )
+        );
+        for handle in &plan.incremental {
+            keyed_files.push(download_state_files(
+                storage.as_ref(),
+                &restore.location,
+                handle,
+                &root,
+                &stem,
+            )?);
+        }
+    }
     Ok(Some(Arc::new(RestoredOperatorState {
         keyed,
+        keyed_files,
         lists: plan.lists.clone(),
     })))
 }
@@ -317,7 +396,7 @@ pub fn deploy_tasks(
         for &node_id in &vertex.operators {
             let node = sg.node(node_id);
             let restored = match restore {
-                Some(r) => load_state(r, storage, node_id, ev.id.subtask)?,
+                Some(r) => load_state(r, storage, job, node_id, ev.id.subtask)?,
                 None => None,
             };
             let setup = OperatorSetup {

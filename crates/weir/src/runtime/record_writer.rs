@@ -13,7 +13,7 @@ use crate::runtime::channel::{CancelToken, ChannelSender};
 use crate::runtime::key_selector::KeyGroupOf;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::{InputEnd, StreamElement, StreamEvent};
+use crate::runtime::stream_element::{CheckpointBarrier, InputEnd, StreamElement, StreamEvent};
 use crate::state::key_group::{operator_index_for_key_group, KeyGroupAssigner};
 use crate::time::{Watermark, WatermarkStatus};
 
@@ -230,7 +230,7 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
     }
     fn snapshot_state(
         &mut self,
-        _checkpoint_id: u64,
+        _barrier: CheckpointBarrier,
         _into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         Ok(())

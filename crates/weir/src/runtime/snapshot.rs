@@ -3,17 +3,20 @@
 //! decline) sent to the job manager.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::coordinator::Acknowledgement;
 use crate::checkpoint::metadata::{ListStateEntry, OperatorSubtaskState};
 use crate::checkpoint::stats::SubtaskCheckpointStats;
-use crate::error::{panic_message, TaskError};
+use crate::checkpoint::storage::StorageError;
+use crate::error::{panic_message, StateError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::task::{TaskControl, TaskEnvironment, TaskEvent};
 use crate::state::backend::{KeyedBackendSnapshot, SnapshotOutput};
+use crate::state::backend_factory::RestoredStateFiles;
 use crate::state::keyed_state_snapshot::KeyGroupBlock;
 
 /// What a checkpoint notification says.
@@ -36,10 +39,12 @@ pub struct OperatorSnapshot {
 }
 
 /// State handed to an operator subtask when the job starts from a checkpoint.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct RestoredOperatorState {
     /// Keyed state of the key groups this subtask owns.
     pub keyed: Vec<KeyGroupBlock>,
+    /// Keyed state as a backend's own files (incremental checkpoints), downloaded.
+    pub keyed_files: Vec<RestoredStateFiles>,
     /// Operator list states after redistribution.
     pub lists: Vec<ListStateEntry>,
 }
@@ -175,7 +180,7 @@ pub fn checkpoint_chain(
         .spawn(move || {
             let write_started = Instant::now();
             let written = catch_unwind(AssertUnwindSafe(|| {
-                write_snapshots(storage.as_ref(), &location, task.subtask, extra)
+                write_snapshots(storage.as_ref(), id, &location, task.subtask, extra)
             }))
             .unwrap_or_else(|p| {
                 Err(format!(
@@ -188,6 +193,7 @@ pub fn checkpoint_chain(
                     let mut stats = stats;
                     stats.async_duration = write_started.elapsed();
                     stats.state_size = states.iter().map(|(_, s)| s.size()).sum();
+                    stats.checkpointed_size = states.iter().map(|(_, s)| s.uploaded_size(id)).sum();
                     TaskEvent::Acknowledge {
                         task,
                         checkpoint_id: id,
@@ -210,21 +216,46 @@ pub fn checkpoint_chain(
 }
 
 /// Where an operator subtask's keyed state files go: its checkpoint's location, under names
-/// that start with the operator and subtask.
+/// that start with the operator and subtask, and the job's shared location.
 struct StorageOutput<'a> {
     storage: &'a dyn crate::checkpoint::storage::CheckpointStorage,
+    checkpoint_id: u64,
     location: &'a str,
     stem: String,
 }
 
+fn storage_error(file: &str) -> impl FnOnce(StorageError) -> StateError + '_ {
+    move |e| StateError::Storage {
+        file: file.to_string(),
+        reason: e.to_string(),
+    }
+}
+
 impl SnapshotOutput for StorageOutput<'_> {
-    fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), crate::error::StateError> {
+    fn checkpoint_id(&self) -> u64 {
+        self.checkpoint_id
+    }
+
+    fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
         self.storage
             .write_file(self.location, name, bytes)
-            .map_err(|e| crate::error::StateError::Storage {
-                file: name.to_string(),
-                reason: e.to_string(),
-            })
+            .map_err(storage_error(name))
+    }
+
+    fn copy_file(&mut self, name: &str, source: &Path) -> Result<(), StateError> {
+        self.storage
+            .copy_file_in(self.location, name, source)
+            .map_err(storage_error(name))
+    }
+
+    fn copy_shared_file(&mut self, name: &str, source: &Path) -> Result<(), StateError> {
+        let shared = self
+            .storage
+            .shared_location()
+            .map_err(storage_error(name))?;
+        self.storage
+            .copy_file_in(&shared, name, source)
+            .map_err(storage_error(name))
     }
 
     fn file_name(&self, suffix: &str) -> String {
@@ -235,6 +266,7 @@ impl SnapshotOutput for StorageOutput<'_> {
 /// The asynchronous part: writes keyed state files and assembles the subtask states.
 fn write_snapshots(
     storage: &dyn crate::checkpoint::storage::CheckpointStorage,
+    checkpoint_id: u64,
     location: &str,
     subtask: u32,
     snapshots: Vec<OperatorSnapshot>,
@@ -245,6 +277,7 @@ fn write_snapshots(
             Some(keyed) => {
                 let mut output = StorageOutput {
                     storage,
+                    checkpoint_id,
                     location,
                     stem: format!("{}-{subtask}", snapshot.node),
                 };

@@ -101,7 +101,7 @@ pub struct OperatorSetup {
     pub metrics: crate::metrics::OperatorMetricGroup,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl OperatorSetup {
     /// The setup of subtask 0 of 1 of operator `name`, for unit tests of operators and
     /// chains; the cancellation handle is leaked, so the job never counts as cancelled.

@@ -9,6 +9,8 @@
 //! ([`HeapKeyedStateBackend`](crate::state::HeapKeyedStateBackend)) keeps typed values and is
 //! the fast path; every other backend implements this trait.
 
+use std::path::Path;
+
 use crate::checkpoint::metadata::KeyedStateHandle;
 use crate::error::StateError;
 use crate::state::key_group::KeyGroupRange;
@@ -36,7 +38,7 @@ pub enum StateKind {
 }
 
 /// Declares a state to a backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StateDescriptor {
     /// The state's name, unique within the operator; snapshots are keyed by it.
     pub name: String,
@@ -70,6 +72,9 @@ pub struct SnapshotRequest {
     pub checkpoint_id: u64,
     /// Per state with a time to live whose snapshots clean up: what has expired.
     pub expiry: Vec<(StateId, ExpiryCutoff)>,
+    /// Whether the snapshot must be self-contained in the canonical format, which every
+    /// backend restores (a savepoint, or a backend whose checkpoints are not incremental).
+    pub canonical: bool,
 }
 
 /// Whether a scan goes on after the entry just visited.
@@ -162,12 +167,26 @@ pub trait KeyedStateBackend: Send {
         let _ = checkpoint_id;
         Ok(())
     }
+
+    /// Checkpoint `checkpoint_id` was aborted: nothing it wrote may be referred to again.
+    fn notify_checkpoint_aborted(&mut self, checkpoint_id: u64) -> Result<(), StateError> {
+        let _ = checkpoint_id;
+        Ok(())
+    }
 }
 
-/// Where a snapshot's files go: the checkpoint's location in checkpoint storage.
+/// Where a snapshot's files go: the checkpoint's location in checkpoint storage, and the
+/// job's shared location for files that later checkpoints refer to as well.
 pub trait SnapshotOutput {
+    /// The checkpoint (or savepoint) being written.
+    fn checkpoint_id(&self) -> u64;
     /// Writes file `name` (relative to the checkpoint's location) durably.
     fn write_file(&mut self, name: &str, bytes: &[u8]) -> Result<(), StateError>;
+    /// Copies the local file `source` durably into the checkpoint's location as `name`.
+    fn copy_file(&mut self, name: &str, source: &Path) -> Result<(), StateError>;
+    /// Copies the local file `source` durably into the job's shared location as `name`
+    /// (a name no other file there has: see [`file_name`](Self::file_name)).
+    fn copy_shared_file(&mut self, name: &str, source: &Path) -> Result<(), StateError>;
     /// A file name unique to this operator subtask within the checkpoint, ending in `suffix`.
     fn file_name(&self, suffix: &str) -> String;
 }

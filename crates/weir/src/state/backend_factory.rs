@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::checkpoint::metadata::IncrementalKeyedStateHandle;
 use crate::error::StateError;
 use crate::state::backend::KeyedStateBackend;
 use crate::state::key_group::KeyGroupRange;
@@ -47,6 +48,52 @@ impl StateBackendConfig {
     pub fn is_heap(&self) -> bool {
         matches!(self.backend_type.as_str(), HEAP_BACKEND | "hashmap")
     }
+
+    /// The directory under which disk backends keep their working files and restores
+    /// download theirs (`state.backend.local-dir`, else `weir-state` in the system's
+    /// temporary directory).
+    pub fn working_root(&self) -> PathBuf {
+        self.local_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("weir-state"))
+    }
+}
+
+/// A backend's own files of one restored subtask state (an incremental checkpoint),
+/// downloaded and verified: each under its `local_name` in [`dir`](Self::dir). The directory
+/// is removed when this is dropped; a backend takes the files by moving them out first.
+#[derive(Debug)]
+pub struct RestoredStateFiles {
+    /// What the checkpoint recorded of them.
+    pub handle: IncrementalKeyedStateHandle,
+    /// Whether their shared location is this job's own: the job's next checkpoints may
+    /// then refer to the shared files instead of uploading them again (a job started from
+    /// another job's checkpoint must not, as that job may delete them).
+    pub owned: bool,
+    dir: PathBuf,
+}
+
+impl RestoredStateFiles {
+    /// Files downloaded into `dir`.
+    pub fn new(handle: IncrementalKeyedStateHandle, owned: bool, dir: PathBuf) -> Self {
+        Self { handle, owned, dir }
+    }
+
+    /// Where the files are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for RestoredStateFiles {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "cannot remove downloaded state files");
+            }
+        }
+    }
 }
 
 /// What a factory needs to create the backend of one operator subtask.
@@ -67,6 +114,22 @@ pub struct BackendContext<'a> {
     pub working_dir: &'a Path,
     /// Restored state in the canonical format, for the key groups owned.
     pub restored: Vec<KeyGroupBlock>,
+    /// Restored state as a backend's own files, one entry per old subtask whose key groups
+    /// overlap the ones owned.
+    pub restored_files: &'a [RestoredStateFiles],
+}
+
+/// `uid` as a file name: what is not an ASCII letter, digit or `-` becomes `_`.
+pub fn file_name_of(uid: &str) -> String {
+    uid.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Creates keyed state backends of one kind.

@@ -34,6 +34,17 @@ impl KeyGroupRange {
     pub fn contains(&self, key_group: u32) -> bool {
         key_group >= self.start && key_group <= self.end
     }
+    /// Whether the two ranges share a key group.
+    pub fn overlaps(&self, other: &KeyGroupRange) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+    /// The key groups in both ranges, if any.
+    pub fn intersection(&self, other: &KeyGroupRange) -> Option<KeyGroupRange> {
+        self.overlaps(other).then(|| KeyGroupRange {
+            start: self.start.max(other.start),
+            end: self.end.min(other.end),
+        })
+    }
     /// Iterates over the key groups of the range.
     pub fn iter(&self) -> impl Iterator<Item = u32> {
         self.start..=self.end

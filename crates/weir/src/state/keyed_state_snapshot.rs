@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::checkpoint::metadata::{KeyGroupEntry, KeyedStateHandle};
+use crate::checkpoint::metadata::{KeyGroupEntry, KeyGroupsStateHandle, KeyedStateHandle};
 use crate::error::StateError;
 use crate::state::backend::{KeyedBackendSnapshot, SnapshotOutput};
 use crate::state::key_group::KeyGroupRange;
@@ -113,7 +113,10 @@ impl KeyedBackendSnapshot for KeyedStateSnapshot {
         }
         let file = output.file_name(".keyed");
         output.write_file(&file, &bytes)?;
-        Ok(Some(KeyedStateHandle { file, key_groups }))
+        Ok(Some(KeyedStateHandle::KeyGroups(KeyGroupsStateHandle {
+            file,
+            key_groups,
+        })))
     }
 }
 

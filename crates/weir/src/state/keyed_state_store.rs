@@ -4,6 +4,8 @@
 
 use crate::error::StateError;
 use crate::record::Key;
+use crate::runtime::snapshot::CheckpointNotification;
+use crate::runtime::stream_element::{CheckpointBarrier, SnapshotType};
 use crate::state::backend::{KeyedBackendSnapshot, StateKind};
 use crate::state::heap_keyed_state_backend::{HeapKeyedStateBackend, KeyGroupSlot};
 use crate::state::key_group::KeyGroupRange;
@@ -248,19 +250,27 @@ impl<K: Key> KeyedStateStore<K> {
     /// The synchronous part of a snapshot.
     pub fn snapshot(
         &mut self,
-        checkpoint_id: u64,
+        barrier: CheckpointBarrier,
     ) -> Result<Box<dyn KeyedBackendSnapshot>, StateError> {
         match self {
             Self::Heap(h) => Ok(Box::new(h.snapshot())),
-            Self::Serialized(s) => s.snapshot(checkpoint_id),
+            Self::Serialized(s) => s.snapshot(
+                barrier.checkpoint_id,
+                barrier.snapshot_type == SnapshotType::Savepoint,
+            ),
         }
     }
 
     /// Passes a checkpoint's completion on to the backend.
     pub fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), StateError> {
+        self.notify(CheckpointNotification::Complete(checkpoint_id))
+    }
+
+    /// Passes a checkpoint's completion or abort on to the backend.
+    pub fn notify(&mut self, notification: CheckpointNotification) -> Result<(), StateError> {
         match self {
             Self::Heap(_) => Ok(()),
-            Self::Serialized(s) => s.notify_checkpoint_complete(checkpoint_id),
+            Self::Serialized(s) => s.notify(notification),
         }
     }
 }

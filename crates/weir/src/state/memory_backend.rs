@@ -200,6 +200,8 @@ impl KeyedBackendSnapshot for MemorySnapshot {
         }
         let file = output.file_name(".keyed");
         output.write_file(&file, &bytes)?;
-        Ok(Some(KeyedStateHandle { file, key_groups }))
+        Ok(Some(KeyedStateHandle::KeyGroups(
+            crate::checkpoint::metadata::KeyGroupsStateHandle { file, key_groups },
+        )))
     }
 }

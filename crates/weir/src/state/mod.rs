@@ -4,6 +4,8 @@
 pub mod backend;
 pub mod backend_factory;
 pub mod canonical_snapshot;
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
 pub mod heap_keyed_state_backend;
 pub mod key_bytes;
 pub mod key_group;

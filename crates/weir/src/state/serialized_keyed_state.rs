@@ -548,10 +548,12 @@ impl<K: Key> SerializedKeyedState<K> {
         Ok(self.keys(index)?.len())
     }
 
-    /// The synchronous part of a snapshot.
+    /// The synchronous part of a snapshot; `canonical` asks for a self-contained one in the
+    /// canonical format (a savepoint).
     pub fn snapshot(
         &mut self,
         checkpoint_id: u64,
+        canonical: bool,
     ) -> Result<Box<dyn KeyedBackendSnapshot>, StateError> {
         let expiry = self
             .states
@@ -570,12 +572,20 @@ impl<K: Key> SerializedKeyedState<K> {
         self.backend.snapshot(&SnapshotRequest {
             checkpoint_id,
             expiry,
+            canonical,
         })
     }
 
-    /// Passes a checkpoint's completion to the backend.
-    pub fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), StateError> {
-        self.backend.notify_checkpoint_complete(checkpoint_id)
+    /// Passes a checkpoint's completion or abort to the backend.
+    pub fn notify(
+        &mut self,
+        notification: crate::runtime::snapshot::CheckpointNotification,
+    ) -> Result<(), StateError> {
+        use crate::runtime::snapshot::CheckpointNotification;
+        match notification {
+            CheckpointNotification::Complete(id) => self.backend.notify_checkpoint_complete(id),
+            CheckpointNotification::Aborted(id) => self.backend.notify_checkpoint_aborted(id),
+        }
     }
 }
 

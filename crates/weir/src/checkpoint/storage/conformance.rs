@@ -94,4 +94,42 @@ pub fn exercise(storage: &dyn CheckpointStorage) {
     assert_eq!(storage.list_checkpoints().unwrap().len(), 1);
     storage.remove_leftovers(&[]).unwrap();
     assert!(storage.list_checkpoints().unwrap().is_empty());
+
+    // The shared location: beside the checkpoints, untouched by their clean-up.
+    let shared = storage.shared_location().unwrap();
+    let loc4 = storage.init_location(4, SnapshotType::Checkpoint).unwrap();
+    assert_eq!(storage.shared_location_of(&loc4), shared);
+    let source = tempfile_path("weir-conformance-shared");
+    std::fs::write(&source, b"shared bytes").unwrap();
+    storage.copy_file_in(&shared, "x.sst", &source).unwrap();
+    storage.copy_file_in(&loc4, "MANIFEST", &source).unwrap();
+    let _ = std::fs::remove_file(&source);
+    assert_eq!(
+        storage
+            .read_range(&shared, "x.sst", 0, 12, &accept)
+            .unwrap(),
+        b"shared bytes"
+    );
+    assert_eq!(storage.list_files(&shared).unwrap(), vec!["x.sst"]);
+    storage.discard(&loc4).unwrap();
+    storage.remove_leftovers(&[]).unwrap();
+    assert_eq!(
+        storage.list_files(&shared).unwrap(),
+        vec!["x.sst"],
+        "discards and clean-ups leave shared files alone"
+    );
+    storage.delete_file(&shared, "x.sst").unwrap();
+    storage.delete_file(&shared, "x.sst").unwrap();
+    assert!(storage.list_files(&shared).unwrap().is_empty());
+    assert!(matches!(
+        storage.read_range(&shared, "x.sst", 0, 1, &accept),
+        Err(StorageError::NotFound { .. })
+    ));
+}
+
+/// A path for a scratch file in the system's temporary directory, unique to this call.
+fn tempfile_path(stem: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("{stem}-{}-{n}", std::process::id()))
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::{
     decode_metadata, decode_record, encoding_failed, first_good, location_name, parse_any_location,
     parse_checkpoint_dir, parse_savepoint_dir, sanitize, CheckpointStorage, StorageError,
-    StoredCheckpoint, Verify, DISCARD_PREFIX,
+    StoredCheckpoint, Verify, DISCARD_PREFIX, SHARED_DIR,
 };
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
@@ -53,6 +53,27 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let mut file = fs::File::create(path).map_err(io("create", path))?;
     file.write_all(bytes).map_err(io("write", path))?;
     file.sync_all().map_err(io("fsync", path))
+}
+
+/// Copies `source` to `dest` and makes it durable: the file and its directory fsynced.
+fn copy_durably(source: &Path, dest: &Path) -> Result<(), StorageError> {
+    fs::copy(source, dest).map_err(io("copy to", dest))?;
+    fs::File::open(dest)
+        .and_then(|f| f.sync_all())
+        .map_err(io("fsync", dest))?;
+    match dest.parent() {
+        Some(dir) => fsync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// Removes file `path`; one that is already gone is no error.
+fn remove_file_if_present(path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("remove", path)(e)),
+    }
 }
 
 /// Replaces `dir/name` atomically: a temporary file, fsynced, renamed over it, and the
@@ -398,6 +419,61 @@ impl CheckpointStorage for FsCheckpointStorage {
             replace_atomically(copy, JOB_RECORD_FILE, &bytes)?;
         }
         Ok(())
+    }
+
+    fn shared_location(&self) -> Result<String, StorageError> {
+        let dir = self.job_dir.join(SHARED_DIR);
+        fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+        if let Some(copy) = self.copy_of(&dir) {
+            fs::create_dir_all(&copy).map_err(io("create directory", &copy))?;
+        }
+        Ok(dir.display().to_string())
+    }
+
+    fn shared_location_of(&self, location: &str) -> String {
+        let location = Path::new(location);
+        location
+            .parent()
+            .unwrap_or(location)
+            .join(SHARED_DIR)
+            .display()
+            .to_string()
+    }
+
+    fn copy_file_in(&self, location: &str, name: &str, source: &Path) -> Result<(), StorageError> {
+        let location = Path::new(location);
+        copy_durably(source, &location.join(name))?;
+        if let Some(copy) = self.copy_of(location) {
+            copy_durably(source, &copy.join(name))?;
+        }
+        Ok(())
+    }
+
+    fn delete_file(&self, location: &str, name: &str) -> Result<(), StorageError> {
+        let location = Path::new(location);
+        remove_file_if_present(&location.join(name))?;
+        if let Some(copy) = self.copy_of(location) {
+            remove_file_if_present(&copy.join(name))?;
+        }
+        Ok(())
+    }
+
+    fn list_files(&self, location: &str) -> Result<Vec<String>, StorageError> {
+        let location = Path::new(location);
+        let entries = match fs::read_dir(location) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("list", location)(e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("list", location))?;
+            if entry.file_type().map_err(io("list", location))?.is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError> {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::{
     decode_metadata, decode_record, encoding_failed, location_name, parse_any_location,
     parse_checkpoint_dir, parse_savepoint_dir, sanitize, CheckpointStorage, StorageError,
-    StoredCheckpoint, Verify, DISCARD_PREFIX,
+    StoredCheckpoint, Verify, DISCARD_PREFIX, SHARED_DIR,
 };
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
@@ -69,6 +69,35 @@ impl MemoryCheckpointStorage {
 }
 
 impl CheckpointStorage for MemoryCheckpointStorage {
+    fn shared_location(&self) -> Result<String, StorageError> {
+        let location = format!("{}/{SHARED_DIR}", self.root);
+        self.files().entry(format!("{location}/")).or_default();
+        Ok(location)
+    }
+
+    fn shared_location_of(&self, location: &str) -> String {
+        match location.rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{SHARED_DIR}"),
+            None => SHARED_DIR.to_string(),
+        }
+    }
+
+    fn delete_file(&self, location: &str, name: &str) -> Result<(), StorageError> {
+        self.files().remove(&format!("{location}/{name}"));
+        Ok(())
+    }
+
+    fn list_files(&self, location: &str) -> Result<Vec<String>, StorageError> {
+        let prefix = format!("{location}/");
+        Ok(self
+            .files()
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|name| !name.is_empty() && !name.contains('/'))
+            .map(str::to_string)
+            .collect())
+    }
+
     fn describe(&self) -> String {
         self.root.clone()
     }

@@ -165,7 +165,29 @@ pub trait CheckpointStorage: Send + Sync {
     /// savepoint locations without metadata (never completed) unless `keep` names them.
     /// Returns what was removed.
     fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError>;
+    /// The job's shared location (`<job>/shared`), created if missing: where incremental
+    /// checkpoints keep the files that several of them refer to.
+    fn shared_location(&self) -> Result<String, StorageError>;
+    /// The shared location beside checkpoint location `location` (which may be another
+    /// job's, when a job starts from another's retained checkpoint).
+    fn shared_location_of(&self, location: &str) -> String;
+    /// Copies the local file `source` durably into `location` as `name` (and its local copy).
+    fn copy_file_in(&self, location: &str, name: &str, source: &Path) -> Result<(), StorageError> {
+        let bytes = std::fs::read(source).map_err(|e| StorageError::Io {
+            action: "read",
+            path: source.display().to_string(),
+            source: e,
+        })?;
+        self.write_file(location, name, &bytes)
+    }
+    /// Deletes file `name` of `location` (and its local copy); a missing file is no error.
+    fn delete_file(&self, location: &str, name: &str) -> Result<(), StorageError>;
+    /// The names of the files in `location` (none if it does not exist).
+    fn list_files(&self, location: &str) -> Result<Vec<String>, StorageError>;
 }
+
+/// The name of the job's shared location under its directory.
+pub const SHARED_DIR: &str = "shared";
 
 /// Creates the storage configured for `job_name`, with a local-recovery copy under
 /// `local_copy` if given.

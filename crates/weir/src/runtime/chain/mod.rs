@@ -96,7 +96,7 @@ pub trait ChainedNode: Send {
     /// The synchronous part of checkpoint `checkpoint_id`: appends the node's frozen state.
     fn snapshot_state(
         &mut self,
-        checkpoint_id: u64,
+        barrier: CheckpointBarrier,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError>;
     /// A checkpoint completed or was aborted.
@@ -312,7 +312,7 @@ impl OperatorChain {
         self.broadcast_event(&StreamEvent::Barrier(barrier))?;
         self.nodes
             .iter_mut()
-            .try_for_each(|n| n.snapshot_state(id, snapshots))
+            .try_for_each(|n| n.snapshot_state(barrier, snapshots))
     }
 
     /// Tells every node that a checkpoint completed or was aborted.
@@ -383,10 +383,10 @@ mod tests {
         }
         fn snapshot_state(
             &mut self,
-            id: u64,
+            barrier: CheckpointBarrier,
             _into: &mut Vec<OperatorSnapshot>,
         ) -> Result<(), TaskError> {
-            self.note(format!("snapshot {id}"));
+            self.note(format!("snapshot {}", barrier.checkpoint_id));
             Ok(())
         }
     }

@@ -16,7 +16,7 @@ use crate::runtime::batch::RecordBatch;
 use crate::runtime::operators::{OneInputStreamOperator, TwoInputStreamOperator};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::{InputEnd, StreamEvent};
+use crate::runtime::stream_element::{CheckpointBarrier, InputEnd, StreamEvent};
 use crate::runtime::task::OperatorSetup;
 use crate::time::{Watermark, WatermarkStatus};
 
@@ -191,10 +191,10 @@ macro_rules! operator_hooks {
 
         fn snapshot_state(
             &mut self,
-            checkpoint_id: u64,
+            barrier: CheckpointBarrier,
             into: &mut Vec<OperatorSnapshot>,
         ) -> Result<(), TaskError> {
-            self.operator.snapshot_state(checkpoint_id, into)
+            self.operator.snapshot_state(barrier, into)
         }
 
         fn notify_checkpoint(

@@ -302,7 +302,7 @@ impl JobMaster {
                         .abort_awaiting(Participant::Task(task), &reason, now)
                 {
                     self.notify(CheckpointNotification::Aborted(pending.id()));
-                    self.discard(&pending.location);
+                    self.discard_pending(&pending);
                     self.answer_savepoint(pending.id(), Err(reason.clone()));
                 }
             }

@@ -68,7 +68,7 @@ impl JobMaster {
     pub(super) fn fail_pending(&mut self, reason: &str) {
         let now = self.clock.now();
         for pending in self.coordinator.abort_all(reason, now) {
-            self.discard(&pending.location);
+            self.discard_pending(&pending);
             if let Some(waiter) = self.savepoint_waiters.remove(&pending.id()) {
                 let _ = waiter.send(Err(WeirError::InvalidRequest(format!(
                     "savepoint {} failed: {reason}",
@@ -80,10 +80,21 @@ impl JobMaster {
 
     /// Deletes a location (on the worker; best effort, a leftover goes at the next start).
     pub(super) fn discard(&mut self, location: &str) {
+        self.discard_with_uploads(location, Vec::new());
+    }
+
+    /// Deletes what a checkpoint that will not complete wrote: its location, and the shared
+    /// files its acknowledgements uploaded.
+    pub(super) fn discard_pending(&mut self, pending: &PendingCheckpoint) {
+        self.discard_with_uploads(&pending.location, pending.shared_uploads());
+    }
+
+    fn discard_with_uploads(&mut self, location: &str, shared_uploads: Vec<String>) {
         let location = location.to_string();
         self.io.submit(move |context| {
             if let Some(store) = &context.store {
                 store.discard(&location);
+                store.discard_shared_uploads(&shared_uploads);
             }
             None
         });
@@ -289,8 +300,19 @@ impl JobMaster {
     }
 
     pub(super) fn on_ack(&mut self, id: u64, who: Participant, ack: Acknowledgement) {
-        if let AckOutcome::AllAcknowledged(pending) = self.coordinator.acknowledge(id, who, ack) {
-            self.finalize(*pending);
+        let uploads = ack.shared_uploads(id);
+        match self.coordinator.acknowledge(id, who, ack) {
+            AckOutcome::AllAcknowledged(pending) => self.finalize(*pending),
+            // A late acknowledgement of a checkpoint that ended: what it uploaded is unused.
+            AckOutcome::Unknown if !uploads.is_empty() => {
+                self.io.submit(move |context| {
+                    if let Some(store) = &context.store {
+                        store.discard_shared_uploads(&uploads);
+                    }
+                    None
+                });
+            }
+            AckOutcome::Unknown | AckOutcome::Pending => {}
         }
     }
 
@@ -301,7 +323,7 @@ impl JobMaster {
         };
         tracing::warn!(checkpoint = id, %reason, "checkpoint aborted");
         self.notify(CheckpointNotification::Aborted(id));
-        self.discard(&pending.location);
+        self.discard_pending(&pending);
         self.answer_savepoint(id, Err(reason.to_string()));
         self.check_tolerance(reason);
         self.check_final(id, reason);
@@ -462,6 +484,16 @@ impl JobMaster {
                     outcome: FinalizeOutcome::Fenced(fenced),
                 });
             }
+            // A checkpoint referring to shared files already released must not complete.
+            if let Err(error) = store.check_shared_references(&metadata) {
+                return Some(StoreReply::Finalized {
+                    id,
+                    outcome: FinalizeOutcome::Failed {
+                        error,
+                        metadata_written: false,
+                    },
+                });
+            }
             // Which step failed matters: once the metadata is durable, a failed record write
             // may still have named the checkpoint on disk, so its files must stay.
             if let Err(e) = store.storage().write_metadata(&location, &metadata) {
@@ -474,7 +506,7 @@ impl JobMaster {
                 });
             }
             let outcome = match recorded {
-                true => match store.add_completed(id, kind, &location, retained) {
+                true => match store.add_completed(&metadata, &location, retained) {
                     Ok(()) => FinalizeOutcome::Written,
                     Err(error) => FinalizeOutcome::Failed {
                         error,
@@ -523,7 +555,7 @@ impl JobMaster {
                     self.notify(CheckpointNotification::Aborted(id));
                 }
                 if !(metadata_written && recorded) {
-                    self.discard(&pending.location);
+                    self.discard_pending(&pending);
                 }
                 self.answer_savepoint(id, Err(reason.clone()));
                 if let WeirError::Fenced(fenced) = error {
@@ -538,7 +570,7 @@ impl JobMaster {
                     if current {
                         self.notify(CheckpointNotification::Aborted(subsumed.id()));
                     }
-                    self.discard(&subsumed.location);
+                    self.discard_pending(&subsumed);
                     self.answer_savepoint(
                         subsumed.id(),
                         Err(format!("subsumed by checkpoint {id}")),

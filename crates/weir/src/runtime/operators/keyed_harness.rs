@@ -13,7 +13,8 @@ use crate::runtime::operators::{
     call_hook, snapshot_operator, state_hook, EndOfInput, OperatorCore,
 };
 use crate::runtime::output::{call_user, call_with_collector, in_operator, Collector};
-use crate::runtime::snapshot::OperatorSnapshot;
+use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::task::OperatorSetup;
 use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
@@ -44,6 +45,14 @@ impl<K: Key> KeyedHarness<K> {
 
     fn state_error(&self, e: StateError) -> TaskError {
         in_operator(&self.core.name, e.into())
+    }
+
+    /// Passes a checkpoint notification to the keyed state backend.
+    pub(crate) fn notify_backend(
+        &mut self,
+        notification: CheckpointNotification,
+    ) -> Result<(), TaskError> {
+        super::notify_keyed(&self.core, &mut self.backend, notification)
     }
 
     /// Restores the end-of-input mark, then runs the function's `initialize_state`.
@@ -189,18 +198,18 @@ impl<K: Key> KeyedHarness<K> {
     /// Runs the function's `snapshot_state` and freezes operator and keyed state.
     pub(crate) fn snapshot(
         &mut self,
-        checkpoint_id: u64,
+        barrier: CheckpointBarrier,
         into: &mut Vec<OperatorSnapshot>,
         hook: impl FnOnce(&mut FunctionStateContext<'_>) -> Result<(), BoxError>,
     ) -> Result<(), TaskError> {
         let keyed = self
             .backend
-            .snapshot(checkpoint_id)
+            .snapshot(barrier)
             .map_err(|e| self.state_error(e))?;
         snapshot_operator(
             &self.core,
             &mut self.operator_state,
-            checkpoint_id,
+            barrier.checkpoint_id,
             Some(keyed),
             into,
             hook,

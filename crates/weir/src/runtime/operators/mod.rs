@@ -18,16 +18,16 @@ use std::sync::Arc;
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::checkpoint::config::CheckpointingMode;
-use crate::error::{BoxError, TaskError};
+use crate::error::{BoxError, StateError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::record::{Key, Record};
 use crate::runtime::chain::ChainOutput;
 use crate::runtime::output::{call_user, in_operator, user_error};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::InputEnd;
+use crate::runtime::stream_element::{CheckpointBarrier, InputEnd};
 use crate::runtime::task::OperatorSetup;
 use crate::state::backend::KeyedBackendSnapshot;
-use crate::state::backend_factory::{state_backend_factory, BackendContext};
+use crate::state::backend_factory::{file_name_of, state_backend_factory, BackendContext};
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
@@ -74,22 +74,35 @@ impl OperatorCore {
             .as_ref()
             .map(|r| r.keyed.clone())
             .unwrap_or_default();
+        let restored_files = setup
+            .restored
+            .as_ref()
+            .map_or(&[][..], |r| r.keyed_files.as_slice());
         let config = &setup.config.state_backend;
+        if let Some(files) = restored_files
+            .iter()
+            .find(|f| f.handle.backend != config.backend_type)
+        {
+            return Err(in_operator(
+                &setup.name,
+                StateError::IncompatibleSnapshot {
+                    written_by: files.handle.backend.clone(),
+                    configured: config.backend_type.clone(),
+                }
+                .into(),
+            ));
+        }
         if config.is_heap() {
             let mut backend = HeapKeyedStateBackend::new(setup.max_parallelism, setup.key_groups);
             backend.restore(restored)?;
             return Ok(KeyedStateStore::Heap(backend));
         }
         let factory = state_backend_factory(&config.backend_type)?;
-        let root = config
-            .local_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("weir-state"));
         // Unique per operator subtask and process run: a restarted attempt starts afresh
         // from what it restores.
-        let working_dir = root.join(format!(
+        let working_dir = config.working_root().join(format!(
             "{}-{}-{}-{}",
-            sanitize(&setup.uid),
+            file_name_of(&setup.uid),
             setup.subtask,
             std::process::id(),
             NEXT_WORKING_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -103,6 +116,7 @@ impl OperatorCore {
                 config,
                 working_dir: &working_dir,
                 restored,
+                restored_files,
             })
             .map_err(|e| in_operator(&setup.name, e.into()))?;
         Ok(KeyedStateStore::Serialized(SerializedKeyedState::new(
@@ -114,19 +128,6 @@ impl OperatorCore {
 
 /// Numbers the working directories of disk backends within this process.
 static NEXT_WORKING_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// `uid` as a file name.
-fn sanitize(uid: &str) -> String {
-    uid.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
 
 /// The hooks every operator has, driven by the task over its
 /// [`OperatorChain`](crate::runtime::chain::OperatorChain) (Flink's `StreamOperator`).
@@ -140,7 +141,7 @@ pub trait StreamOperator: Send {
     /// state.
     fn snapshot_state(
         &mut self,
-        _checkpoint_id: u64,
+        _barrier: CheckpointBarrier,
         _into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         Ok(())
@@ -288,14 +289,14 @@ macro_rules! function_lifecycle {
 
         fn snapshot_state(
             &mut self,
-            checkpoint_id: u64,
+            barrier: $crate::runtime::stream_element::CheckpointBarrier,
             into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
         ) -> Result<(), $crate::error::TaskError> {
             let function = &mut self.function;
             $crate::runtime::operators::snapshot_operator(
                 &self.core,
                 &mut self.operator_state,
-                checkpoint_id,
+                barrier.checkpoint_id,
                 None,
                 into,
                 |ctx| function.snapshot_state(ctx),
@@ -331,18 +332,19 @@ macro_rules! keyed_function_lifecycle {
 
         fn snapshot_state(
             &mut self,
-            checkpoint_id: u64,
+            barrier: $crate::runtime::stream_element::CheckpointBarrier,
             into: &mut Vec<$crate::runtime::snapshot::OperatorSnapshot>,
         ) -> Result<(), $crate::error::TaskError> {
             let function = &mut self.function;
             self.keyed
-                .snapshot(checkpoint_id, into, |ctx| function.snapshot_state(ctx))
+                .snapshot(barrier, into, |ctx| function.snapshot_state(ctx))
         }
 
         fn notify_checkpoint(
             &mut self,
             notification: $crate::runtime::snapshot::CheckpointNotification,
         ) -> Result<(), $crate::error::TaskError> {
+            self.keyed.notify_backend(notification)?;
             $crate::runtime::operators::notify_hook(
                 &self.keyed.core.name,
                 notification,
@@ -531,6 +533,36 @@ pub(crate) fn notify_hook<F>(
         CheckpointNotification::Complete(id) => complete(function, id),
         CheckpointNotification::Aborted(id) => aborted(function, id),
     })
+}
+
+/// Freezes the keyed state of an operator without a user function's state hooks.
+pub(crate) fn snapshot_keyed<K: Key>(
+    core: &OperatorCore,
+    store: &mut KeyedStateStore<K>,
+    barrier: CheckpointBarrier,
+    into: &mut Vec<OperatorSnapshot>,
+) -> Result<(), TaskError> {
+    let keyed = store
+        .snapshot(barrier)
+        .map_err(|e| in_operator(&core.name, e.into()))?;
+    into.push(OperatorSnapshot {
+        node: core.node,
+        keyed: Some(keyed),
+        lists: Vec::new(),
+    });
+    Ok(())
+}
+
+/// Passes a checkpoint's completion or abort to an operator's keyed state backend (which
+/// may then refer to what a completed checkpoint wrote, or must not to an aborted one's).
+pub(crate) fn notify_keyed<K: Key>(
+    core: &OperatorCore,
+    store: &mut KeyedStateStore<K>,
+    notification: CheckpointNotification,
+) -> Result<(), TaskError> {
+    store
+        .notify(notification)
+        .map_err(|e| in_operator(&core.name, e.into()))
 }
 
 /// Runs a user function's `snapshot_state` hook, then appends the operator's frozen state

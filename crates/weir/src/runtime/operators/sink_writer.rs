@@ -12,7 +12,7 @@ use crate::runtime::operators::{
 };
 use crate::runtime::output::{call_user, user_error};
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
-use crate::runtime::stream_element::InputEnd;
+use crate::runtime::stream_element::{CheckpointBarrier, InputEnd};
 use crate::runtime::task::OperatorSetup;
 use crate::state::operator_state::OperatorStateBackend;
 
@@ -54,14 +54,14 @@ impl<T: Record, W: SinkWriter<T>> StreamOperator for SinkWriterOperator<T, W> {
 
     fn snapshot_state(
         &mut self,
-        checkpoint_id: u64,
+        barrier: CheckpointBarrier,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
         let writer = &mut self.writer;
         snapshot_operator(
             &self.core,
             &mut self.operator_state,
-            checkpoint_id,
+            barrier.checkpoint_id,
             None,
             into,
             |ctx| writer.snapshot_state(ctx),

@@ -15,9 +15,12 @@ use crate::error::{StateError, TaskError};
 use crate::record::{Key, Record};
 use crate::runtime::chain::ChainOutput;
 use crate::runtime::key_selector::KeySelector;
-use crate::runtime::operators::{OneInputStreamOperator, OperatorCore, StreamOperator};
+use crate::runtime::operators::{
+    notify_keyed, snapshot_keyed, OneInputStreamOperator, OperatorCore, StreamOperator,
+};
 use crate::runtime::output::{call_user, call_with_collector, in_operator, OperatorMetrics};
-use crate::runtime::snapshot::{now_millis, OperatorSnapshot};
+use crate::runtime::snapshot::{now_millis, CheckpointNotification, OperatorSnapshot};
+use crate::runtime::stream_element::CheckpointBarrier;
 use crate::runtime::task::OperatorSetup;
 use crate::state::backend::StateKind;
 use crate::state::heap_keyed_state_backend::KeyGroupSlot;
@@ -372,19 +375,14 @@ where
 {
     fn snapshot_state(
         &mut self,
-        checkpoint_id: u64,
+        barrier: CheckpointBarrier,
         into: &mut Vec<OperatorSnapshot>,
     ) -> Result<(), TaskError> {
-        let keyed = self
-            .backend
-            .snapshot(checkpoint_id)
-            .map_err(|e| in_operator(&self.core.name, e.into()))?;
-        into.push(OperatorSnapshot {
-            node: self.core.node,
-            keyed: Some(keyed),
-            lists: Vec::new(),
-        });
-        Ok(())
+        snapshot_keyed(&self.core, &mut self.backend, barrier, into)
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        notify_keyed(&self.core, &mut self.backend, notification)
     }
 
     fn add_metrics(&self, metrics: &mut OperatorMetrics) {
