@@ -1,7 +1,15 @@
 //! The keyed state backend of one operator subtask on an embedded RocksDB instance (Flink's
 //! `RocksDBKeyedStateBackend`): every state in one database, laid out as [`crate::keys`]
 //! says, values merged by RocksDB for list states, and writes held back in an
-//! [`Overlay`] while an incremental snapshot holds the database.
+//! [`Overlay`] while a snapshot holds the database.
+//!
+//! A snapshot's synchronous part takes no time whatever the state: it freezes the overlay
+//! (the writes not moved into the database yet) and holds the database. Its asynchronous
+//! part writes the frozen overlay into the database in one atomic batch, takes what it needs
+//! (a RocksDB checkpoint, or a RocksDB snapshot) and lets the database go. Meanwhile the
+//! task's writes go to a new overlay, and reads look through it, the frozen one, and the
+//! database. The frozen overlay holds no merges (they are resolved when it is frozen), so a
+//! read never has to know whether the batch has landed yet.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +26,7 @@ use weir::state::key_group::KeyGroupRange;
 
 use crate::keys::{self, PREFIX_LEN, RESTORED_STATE};
 use crate::overlay::{resolve, Overlay, Pending};
-use crate::snapshot::{CanonicalSnapshot, IncrementalSnapshot, OwnedSnapshot, Uploads};
+use crate::snapshot::{CanonicalSnapshot, Hold, IncrementalSnapshot, Uploads};
 use crate::BACKEND_NAME;
 
 /// Held-back writes moved into the database per write of the task, once a snapshot let it
@@ -91,8 +99,10 @@ pub struct RocksDbKeyedStateBackend {
     range: KeyGroupRange,
     states: Vec<StateDescriptor>,
     overlay: Overlay,
-    /// Set while an incremental snapshot holds the database; the snapshot sets the flag
-    /// when it lets it go.
+    /// The overlay a snapshot is writing into the database, while it holds it.
+    frozen: Option<Arc<Overlay>>,
+    /// Set while a snapshot holds the database; the snapshot sets the flag when it lets it
+    /// go (its frozen overlay is in the database then).
     held: Option<Arc<AtomicBool>>,
     /// The overlay's bound: beyond it, a write waits for the snapshot to let go.
     max_overlay_bytes: usize,
@@ -125,6 +135,7 @@ impl RocksDbKeyedStateBackend {
             range,
             states: open.states,
             overlay: Overlay::default(),
+            frozen: None,
             held: None,
             max_overlay_bytes,
             write,
@@ -146,6 +157,7 @@ impl RocksDbKeyedStateBackend {
             Some(released) if !released.load(Ordering::Acquire) => true,
             Some(_) => {
                 self.held = None;
+                self.frozen = None;
                 false
             }
             None => false,
@@ -162,7 +174,8 @@ impl RocksDbKeyedStateBackend {
     /// After a write was held back: if the overlay outgrew its bound, waits for the
     /// snapshot to let the database go (backpressure rather than unbounded memory).
     fn bound_overlay(&mut self) {
-        if self.overlay.bytes() > self.max_overlay_bytes {
+        let frozen = self.frozen.as_ref().map_or(0, |f| f.bytes());
+        if self.overlay.bytes() + frozen > self.max_overlay_bytes {
             tracing::debug!(
                 bytes = self.overlay.bytes(),
                 "RocksDB backend: writes held back during a snapshot reached their bound"
@@ -218,13 +231,52 @@ impl RocksDbKeyedStateBackend {
         Ok(())
     }
 
-    /// The database's own value of `self.key`.
-    fn db_value(&self) -> Result<Option<Vec<u8>>, StateError> {
+    /// The database's own value of `key`.
+    fn db_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         Ok(self
             .db()
-            .get_pinned(&self.key)
+            .get_pinned(key)
             .map_err(engine("read"))?
             .map(|v| v.to_vec()))
+    }
+
+    /// The value of `self.key` through the frozen overlay and the database.
+    fn lower_value(&self) -> Result<Option<Vec<u8>>, StateError> {
+        if let Some(pending) = self.frozen.as_ref().and_then(|f| f.get(&self.key)) {
+            // Never a merge: a put or delete stands whether or not it has landed yet.
+            return resolve(pending, None);
+        }
+        self.db_value(&self.key)
+    }
+
+    /// The value of `self.key` through every layer.
+    fn layered_value(&self) -> Result<Option<Vec<u8>>, StateError> {
+        match self.overlay.get(&self.key) {
+            Some(pending @ Pending::Merge(_)) => resolve(pending, self.lower_value()?.as_deref()),
+            Some(pending) => resolve(pending, None),
+            None => self.lower_value(),
+        }
+    }
+
+    /// Freezes the overlay for a snapshot, its merges resolved against the database (which
+    /// nothing else writes now: no snapshot holds it).
+    fn freeze(&mut self) -> Result<Arc<Overlay>, StateError> {
+        let mut frozen = std::mem::take(&mut self.overlay);
+        let merges: Vec<Vec<u8>> = frozen
+            .iter()
+            .filter(|(_, p)| matches!(p, Pending::Merge(_)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in merges {
+            if let Some(pending) = frozen.get(&key).cloned() {
+                let value = resolve(&pending, self.db_value(&key)?.as_deref())?;
+                match value {
+                    Some(value) => frozen.put(&key, &value),
+                    None => frozen.delete(&key),
+                }
+            }
+        }
+        Ok(Arc::new(frozen))
     }
 
     fn state_id(&self, state: StateId) -> Result<u16, StateError> {
@@ -246,12 +298,8 @@ impl RocksDbKeyedStateBackend {
 
     fn read(&mut self, value: &mut Vec<u8>) -> Result<bool, StateError> {
         value.clear();
-        if let Some(pending) = self.overlay.get(&self.key) {
-            let base = match pending {
-                Pending::Merge(_) => self.db_value()?,
-                _ => None,
-            };
-            return Ok(match resolve(pending, base.as_deref())? {
+        if !self.overlay.is_empty() || self.frozen.is_some() {
+            return Ok(match self.layered_value()? {
                 Some(v) => {
                     value.extend_from_slice(&v);
                     true
@@ -427,36 +475,42 @@ impl KeyedStateBackend for RocksDbKeyedStateBackend {
         let mut start = Vec::with_capacity(PREFIX_LEN + prefix.len());
         keys::write_key(&mut start, key_group, self.state_id(state)?, prefix);
         let end = keys::prefix_end(&start);
-        scan_merged(self.db(), &self.overlay, &start, end.as_deref(), visit)
+        match &self.frozen {
+            None => scan_merged(self.db(), &self.overlay, &start, end.as_deref(), visit),
+            Some(frozen) => {
+                let layers = Overlay::compose(frozen, &self.overlay, &start, end.as_deref())?;
+                scan_merged(self.db(), &layers, &start, end.as_deref(), visit)
+            }
+        }
     }
 
     fn snapshot(
         &mut self,
         request: &SnapshotRequest,
     ) -> Result<Box<dyn KeyedBackendSnapshot>, StateError> {
-        // The previous snapshot's hold is over by now (one checkpoint at a time); its
-        // held-back writes belong to this snapshot's state, so they go in first.
+        // The previous snapshot let go long ago (one checkpoint at a time): its
+        // acknowledgement, which the next checkpoint waits for, follows the release.
         self.wait_for_release();
-        self.drain(None)?;
         self.snapshots += 1;
-        let db = Arc::clone(&self.db);
+        let frozen = self.freeze()?;
+        let released = Arc::new(AtomicBool::new(false));
+        self.held = Some(Arc::clone(&released));
+        self.frozen = Some(Arc::clone(&frozen));
+        let hold = Hold::new(Arc::clone(&self.db), frozen, released);
         if request.canonical || !self.incremental {
             return Ok(Box::new(CanonicalSnapshot::new(
-                OwnedSnapshot::new(db, |db| db.snapshot()),
+                hold,
                 self.range,
                 self.states.clone(),
                 request,
             )));
         }
-        let released = Arc::new(AtomicBool::new(false));
-        self.held = Some(Arc::clone(&released));
         let dir = self
             .working_dir
             .0
             .join(format!("chk-{}-{}", request.checkpoint_id, self.snapshots));
         Ok(Box::new(IncrementalSnapshot::new(
-            db,
-            released,
+            hold,
             dir,
             self.range,
             self.states.clone(),

@@ -3,6 +3,7 @@
 
 mod backend;
 mod keys;
+pub mod large_state_job;
 mod options;
 mod overlay;
 mod restore;

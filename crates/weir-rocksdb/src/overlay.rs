@@ -78,20 +78,7 @@ impl Overlay {
 
     /// Holds back appending the list `operand` to `key`'s list.
     pub(crate) fn merge(&mut self, key: &[u8], operand: &[u8]) -> Result<(), StateError> {
-        let merged = match self.entries.get(key) {
-            Some(Pending::Put(value)) => {
-                let mut value = value.clone();
-                merge_list_bytes(&mut value, operand)?;
-                Pending::Put(value)
-            }
-            Some(Pending::Delete) => Pending::Put(operand.to_vec()),
-            Some(Pending::Merge(operands)) => {
-                let mut operands = operands.clone();
-                merge_list_bytes(&mut operands, operand)?;
-                Pending::Merge(operands)
-            }
-            None => Pending::Merge(operand.to_vec()),
-        };
+        let merged = over(self.entries.get(key), &Pending::Merge(operand.to_vec()))?;
         self.insert(key, merged);
         Ok(())
     }
@@ -110,6 +97,30 @@ impl Overlay {
         Some((key, pending))
     }
 
+    /// Every write held back, in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Pending)> {
+        self.entries.iter()
+    }
+
+    /// The writes of `older` and then `newer` for keys from `start` up to `end`, as one
+    /// layer: what a read through both sees.
+    pub(crate) fn compose(
+        older: &Overlay,
+        newer: &Overlay,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Result<Overlay, StateError> {
+        let mut composed = Overlay::default();
+        for (key, pending) in older.range(start, end) {
+            composed.insert(key, pending.clone());
+        }
+        for (key, pending) in newer.range(start, end) {
+            let layered = over(composed.get(key), pending)?;
+            composed.insert(key, layered);
+        }
+        Ok(composed)
+    }
+
     /// The writes held back for keys from `start` up to `end` (exclusive; unbounded if
     /// `None`), in key order.
     pub(crate) fn range<'a>(
@@ -124,6 +135,24 @@ impl Overlay {
         self.entries
             .range::<Vec<u8>, _>((Bound::Included(start.to_vec()), upper))
     }
+}
+
+/// The one write that has the effect of `newer` after `older`.
+pub(crate) fn over(older: Option<&Pending>, newer: &Pending) -> Result<Pending, StateError> {
+    Ok(match (older, newer) {
+        (_, Pending::Put(_) | Pending::Delete) | (None, _) => newer.clone(),
+        (Some(Pending::Put(value)), Pending::Merge(operands)) => {
+            let mut value = value.clone();
+            merge_list_bytes(&mut value, operands)?;
+            Pending::Put(value)
+        }
+        (Some(Pending::Delete), Pending::Merge(operands)) => Pending::Put(operands.clone()),
+        (Some(Pending::Merge(first)), Pending::Merge(operands)) => {
+            let mut first = first.clone();
+            merge_list_bytes(&mut first, operands)?;
+            Pending::Merge(first)
+        }
+    })
 }
 
 /// The value a key has with `pending` over the database's value `base`.
@@ -172,6 +201,34 @@ mod tests {
         overlay.put(b"c", &list(&[7]));
         overlay.merge(b"c", &list(&[8])).unwrap();
         assert_eq!(overlay.get(b"c"), Some(&Pending::Put(list(&[7, 8]))));
+    }
+
+    #[test]
+    fn composed_layers_read_as_one() {
+        let (mut older, mut newer) = (Overlay::default(), Overlay::default());
+        older.put(b"a", &list(&[1]));
+        older.merge(b"b", &list(&[2])).unwrap();
+        older.delete(b"c");
+        older.put(b"z", &list(&[9]));
+        newer.merge(b"a", &list(&[3])).unwrap();
+        newer.merge(b"b", &list(&[4])).unwrap();
+        newer.merge(b"c", &list(&[5])).unwrap();
+        newer.put(b"d", &list(&[6]));
+        let composed = Overlay::compose(&older, &newer, b"a", Some(b"e")).unwrap();
+        let entries: Vec<(&[u8], Pending)> = composed
+            .iter()
+            .map(|(k, p)| (k.as_slice(), p.clone()))
+            .collect();
+        assert_eq!(
+            entries,
+            vec![
+                (&b"a"[..], Pending::Put(list(&[1, 3]))),
+                (b"b", Pending::Merge(list(&[2, 4]))),
+                (b"c", Pending::Put(list(&[5]))),
+                (b"d", Pending::Put(list(&[6]))),
+            ],
+            "`z` lies outside the range"
+        );
     }
 
     #[test]

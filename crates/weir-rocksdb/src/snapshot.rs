@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rocksdb::checkpoint::Checkpoint;
-use rocksdb::{ReadOptions, DB};
+use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
 use weir::checkpoint::metadata::{
     IncrementalKeyedStateHandle, KeyGroupsStateHandle, KeyedStateHandle, StateFile,
 };
@@ -31,6 +31,7 @@ use weir::state::key_group::KeyGroupRange;
 
 use crate::backend::{engine, local_io, lock, FileNaming};
 use crate::keys::{self, PREFIX_LEN, RESTORED_STATE};
+use crate::overlay::{Overlay, Pending};
 use crate::BACKEND_NAME;
 
 /// Which SST files later checkpoints may refer to instead of uploading them again.
@@ -83,10 +84,49 @@ impl Drop for Release {
     }
 }
 
+/// A snapshot's hold on the database: the writes frozen at its barrier, to land in the
+/// database before the snapshot takes what it needs of it, and the release (also on an
+/// error or a panic, when the hold is dropped).
+pub(crate) struct Hold {
+    db: Arc<DB>,
+    frozen: Arc<Overlay>,
+    _release: Release,
+}
+
+impl Hold {
+    /// Holds `db` with `frozen` writes; lets it go by setting `released`.
+    pub(crate) fn new(db: Arc<DB>, frozen: Arc<Overlay>, released: Arc<AtomicBool>) -> Self {
+        Self {
+            db,
+            frozen,
+            _release: Release(released),
+        }
+    }
+
+    /// Writes the frozen writes into the database in one atomic batch.
+    fn land(&self) -> Result<(), StateError> {
+        if self.frozen.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for (key, pending) in self.frozen.iter() {
+            match pending {
+                Pending::Put(value) => batch.put(key, value),
+                Pending::Delete => batch.delete(key),
+                Pending::Merge(operands) => batch.merge(key, operands),
+            }
+        }
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        self.db
+            .write_opt(batch, &write)
+            .map_err(engine("write held-back state"))
+    }
+}
+
 /// The asynchronous part of an incremental snapshot.
 pub(crate) struct IncrementalSnapshot {
-    db: Arc<DB>,
-    release: Release,
+    hold: Hold,
     dir: PathBuf,
     range: KeyGroupRange,
     states: Vec<StateDescriptor>,
@@ -95,11 +135,9 @@ pub(crate) struct IncrementalSnapshot {
 }
 
 impl IncrementalSnapshot {
-    /// A snapshot of `db`, held until its RocksDB checkpoint is made in `dir`, when
-    /// `released` is set.
+    /// A snapshot held by `hold` until its RocksDB checkpoint is made in `dir`.
     pub(crate) fn new(
-        db: Arc<DB>,
-        released: Arc<AtomicBool>,
+        hold: Hold,
         dir: PathBuf,
         range: KeyGroupRange,
         states: Vec<StateDescriptor>,
@@ -107,8 +145,7 @@ impl IncrementalSnapshot {
         naming: FileNaming,
     ) -> Self {
         Self {
-            db,
-            release: Release(released),
+            hold,
             dir,
             range,
             states,
@@ -210,12 +247,13 @@ impl KeyedBackendSnapshot for IncrementalSnapshot {
         output: &mut dyn SnapshotOutput,
     ) -> Result<Option<KeyedStateHandle>, StateError> {
         let this = *self;
-        let made = Checkpoint::new(&this.db)
-            .and_then(|checkpoint| checkpoint.create_checkpoint(&this.dir))
-            .map_err(engine("make a checkpoint"));
+        let made = this.hold.land().and_then(|()| {
+            Checkpoint::new(&this.hold.db)
+                .and_then(|checkpoint| checkpoint.create_checkpoint(&this.dir))
+                .map_err(engine("make a checkpoint"))
+        });
         // The files are fixed now: the task may write again while they are uploaded.
-        drop(this.release);
-        drop(this.db);
+        drop(this.hold);
         let uploaded = made.and_then(|()| {
             let parts = IncrementalUpload {
                 dir: &this.dir,
@@ -259,15 +297,16 @@ self_cell::self_cell!(
 
 /// The asynchronous part of a canonical snapshot.
 pub(crate) struct CanonicalSnapshot {
-    snapshot: OwnedSnapshot,
+    hold: Hold,
     range: KeyGroupRange,
     states: Vec<CanonicalState>,
 }
 
 impl CanonicalSnapshot {
-    /// Rows of `snapshot` in `range`, of `states` (by id), with the expiry `request` asks.
+    /// Rows in `range` of `states` (by id), with the expiry `request` asks, of the database
+    /// `hold` holds until a RocksDB snapshot of it is taken.
     pub(crate) fn new(
-        snapshot: OwnedSnapshot,
+        hold: Hold,
         range: KeyGroupRange,
         states: Vec<StateDescriptor>,
         request: &SnapshotRequest,
@@ -287,7 +326,7 @@ impl CanonicalSnapshot {
             })
             .collect();
         Self {
-            snapshot,
+            hold,
             range,
             states,
         }
@@ -326,12 +365,18 @@ impl KeyedBackendSnapshot for CanonicalSnapshot {
         self: Box<Self>,
         output: &mut dyn SnapshotOutput,
     ) -> Result<Option<KeyedStateHandle>, StateError> {
+        let this = *self;
+        this.hold.land()?;
+        let snapshot = OwnedSnapshot::new(Arc::clone(&this.hold.db), |db| db.snapshot());
+        // A sequence number is all the snapshot needs: the task may write again.
+        drop(this.hold);
+        let (range, states) = (this.range, this.states);
         // Restored entries of states never registered are carried as they are.
         let mut pending: BTreeMap<String, BTreeMap<u32, Vec<u8>>> = BTreeMap::new();
         let mut prefix = Vec::new();
-        for key_group in self.range.iter() {
+        for key_group in range.iter() {
             keys::write_key(&mut prefix, key_group, RESTORED_STATE, &[]);
-            scan_snapshot(&self.snapshot, &prefix, &mut |name, entries| {
+            scan_snapshot(&snapshot, &prefix, &mut |name, entries| {
                 pending
                     .entry(String::from_utf8_lossy(name).into_owned())
                     .or_default()
@@ -339,17 +384,12 @@ impl KeyedBackendSnapshot for CanonicalSnapshot {
                 Ok(ScanControl::Continue)
             })?;
         }
-        let snapshot = &self.snapshot;
-        let (bytes, key_groups) = write_canonical(
-            self.range,
-            &self.states,
-            &pending,
-            &mut |state, key_group, visit| {
+        let (bytes, key_groups) =
+            write_canonical(range, &states, &pending, &mut |state, key_group, visit| {
                 let mut prefix = Vec::with_capacity(PREFIX_LEN);
                 keys::write_key(&mut prefix, key_group, state as u16, &[]);
-                scan_snapshot(snapshot, &prefix, visit)
-            },
-        )?;
+                scan_snapshot(&snapshot, &prefix, visit)
+            })?;
         if key_groups.is_empty() {
             return Ok(None);
         }

@@ -112,7 +112,10 @@ fn two_input_operator_state_matches_source_positions_at_every_checkpoint() {
                 .find(|l| l.name == READER_SPLITS_STATE)
                 .unwrap()
                 .items[0];
-            postcard::from_bytes::<NumberSequenceSplit>(item)
+            let weir::checkpoint::metadata::ListItem::Inline(bytes) = item else {
+                panic!("a reader position is small enough to be inline")
+            };
+            postcard::from_bytes::<NumberSequenceSplit>(bytes)
                 .unwrap()
                 .next
         };

@@ -255,3 +255,129 @@ fn operator_list_state_is_split_and_union_state_is_broadcast_on_rescale() {
         "split counts {total} vs {processed_before} processed"
     );
 }
+
+/// What each restored subtask found of the blobs: its index and, per blob, the old subtask
+/// that wrote it and whether its bytes are intact.
+type Blobs = Arc<Mutex<Vec<(u32, Vec<(u32, bool)>)>>>;
+
+/// Keeps one 40 KB blob per subtask in modulo-subtask list state.
+#[derive(Clone)]
+struct BlobKeeper {
+    subtask: u32,
+    found: Blobs,
+}
+
+fn blob(subtask: u32) -> Vec<u8> {
+    (0..40_000u32).map(|i| (i ^ subtask) as u8).collect()
+}
+
+impl ProcessFunction<u64, u64> for BlobKeeper {
+    fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        self.subtask = ctx.runtime().subtask_index();
+        if ctx.is_restored() {
+            let blobs: Vec<(u32, Vec<u8>)> =
+                ctx.operator_state().get_modulo_subtask_list("blobs")?;
+            let seen = blobs.iter().map(|(s, b)| (*s, *b == blob(*s))).collect();
+            self.found.lock().unwrap().push((self.subtask, seen));
+        }
+        Ok(())
+    }
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        out.collect(v);
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        ctx.operator_state()
+            .update_modulo_subtask_list("blobs", &[(self.subtask, blob(self.subtask))])?;
+        Ok(())
+    }
+}
+
+#[test]
+fn large_operator_state_goes_to_a_state_file_and_old_subtask_s_to_new_subtask_s_mod_p() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |parallelism: u32| {
+        ExecutionConfig::default()
+            .with_parallelism(parallelism)
+            .with_checkpointing(CheckpointConfig::default().with_storage(
+                CheckpointStorageConfig::FileSystem(dir.path().to_path_buf()),
+            ))
+    };
+    let found: Blobs = Arc::default();
+    let build = |env: &StreamExecutionEnvironment| {
+        env.from_source(
+            GeneratorSource::unbounded(|i| i).with_rate_limit(10_000.0),
+            WatermarkStrategy::no_watermarks(),
+            "numbers",
+        )
+        .uid("numbers")
+        .rebalance()
+        .process(BlobKeeper {
+            subtask: 0,
+            found: found.clone(),
+        })
+        .uid("blobs");
+    };
+    let env = StreamExecutionEnvironment::new(config(3)).unwrap();
+    build(&env);
+    let client = env.execute_async("blobs").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (savepoint, _) = client.stop_with_savepoint().unwrap();
+
+    // 40 KB per subtask is above the 20 KiB threshold: the metadata holds references only.
+    let metadata_file = savepoint.path().join("_metadata");
+    let metadata_bytes = std::fs::metadata(&metadata_file).unwrap().len();
+    assert!(
+        metadata_bytes < 20_000,
+        "the metadata holds the blobs: {metadata_bytes} bytes"
+    );
+    let metadata = weir::checkpoint::metadata::CheckpointMetadata::decode(
+        &std::fs::read(&metadata_file).unwrap(),
+    )
+    .unwrap();
+    let op = metadata.operator("blobs").unwrap();
+    for subtask in &op.subtasks {
+        assert!(subtask.lists[0]
+            .items
+            .iter()
+            .all(|i| matches!(i, weir::checkpoint::metadata::ListItem::Stored(_))));
+    }
+
+    let env = StreamExecutionEnvironment::new(config(2).with_restore(&savepoint)).unwrap();
+    build(&env);
+    let client = env.execute_async("blobs").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    client.cancel().unwrap();
+    let mut found = found.lock().unwrap().clone();
+    found.sort();
+    assert_eq!(
+        found,
+        vec![(0, vec![(0, true), (2, true)]), (1, vec![(1, true)])],
+        "old subtask s went to new subtask s mod 2, intact"
+    );
+
+    // A damaged state file is caught by its checksum: the restore fails, naming it.
+    let state_file = std::fs::read_dir(savepoint.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".operator"))
+        .expect("an operator state file");
+    let mut bytes = std::fs::read(&state_file).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&state_file, bytes).unwrap();
+    let env = StreamExecutionEnvironment::new(config(2).with_restore(&savepoint)).unwrap();
+    build(&env);
+    let err = env.execute("blobs").unwrap_err().to_string();
+    let name = state_file
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(err.contains(&name) && err.contains("checksum"), "{err}");
+}

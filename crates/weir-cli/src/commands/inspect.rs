@@ -60,7 +60,7 @@ fn print_summary(summary: &CheckpointSummary) {
         for subtask in &op.subtasks {
             let groups = &subtask.key_groups;
             let has_lists = !subtask.lists.is_empty();
-            if groups.is_empty() && !has_lists {
+            if groups.is_empty() && !has_lists && subtask.incremental.is_none() {
                 continue;
             }
             println!();
@@ -85,6 +85,20 @@ fn print_summary(summary: &CheckpointSummary) {
                     .map(|(g, b)| format!("{g}:{}", bytes(*b)))
                     .collect();
                 println!("  per key group: {}", per_group.join(" "));
+            }
+            if let Some(files) = &subtask.incremental {
+                println!(
+                    "  keyed state: {} in the {} backend's own files, key groups {}..={}: {} \
+                     shared (in ../shared), {} private; this checkpoint uploaded {}; states: {}",
+                    bytes(files.bytes),
+                    files.backend,
+                    files.key_groups.0,
+                    files.key_groups.1,
+                    files.shared_files,
+                    files.private_files,
+                    bytes(files.uploaded_bytes),
+                    files.states.join(", ")
+                );
             }
             for list in &subtask.lists {
                 println!(
@@ -129,7 +143,7 @@ pub fn inspect(path: &Path, verify: bool, json: bool) -> Result<()> {
     if damage.is_empty() {
         println!();
         println!(
-            "Verified: the metadata and every key group of every state file match their checksums."
+            "Verified: the metadata, every key group of every state file and every shared file match their checksums."
         );
         return Ok(());
     }

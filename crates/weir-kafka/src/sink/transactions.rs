@@ -52,8 +52,8 @@ pub struct PendingTransaction {
     pub records: Vec<BufferedRecord>,
 }
 
-/// What one sink subtask checkpoints (as union list state, so that after a rescale every new
-/// subtask sees every old one).
+/// What one sink subtask checkpoints (as modulo-subtask list state: after a rescale, old
+/// subtask `s` goes to new subtask `s mod P`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubtaskTransactions {
     /// `{prefix}-{operator uid}`.

@@ -17,7 +17,10 @@ use super::{DeliveryGuarantee, SinkSettings};
 use crate::error::KafkaError;
 use crate::log_reader::LogReader;
 
-/// Union list state: one [`SubtaskTransactions`] per subtask.
+/// Modulo-subtask list state: one [`SubtaskTransactions`] per subtask, handed after a
+/// rescale to new subtask `old mod P` alone (not decoded by every subtask, as union state
+/// would be) and, with its buffered records, written to a state file rather than into the
+/// checkpoint's metadata.
 const TRANSACTIONS_STATE: &str = "kafka-sink-transactions";
 
 /// Writes between two polls of the producer's delivery callbacks.
@@ -175,8 +178,9 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
         self.context.fencing_token().check()?;
         // Restored transactions are settled whatever the guarantee is now: they belong to
         // completed checkpoints.
-        let restored: Vec<SubtaskTransactions> =
-            ctx.operator_state().get_union_list(TRANSACTIONS_STATE)?;
+        let restored: Vec<SubtaskTransactions> = ctx
+            .operator_state()
+            .get_modulo_subtask_list(TRANSACTIONS_STATE)?;
         let subtask = self.context.subtask_index();
         let handled = restored_for_subtask(&restored, subtask, self.context.parallelism());
         let own = match &self.mode {
@@ -239,7 +243,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 .collect();
         }
         ctx.operator_state()
-            .update_union_list::<SubtaskTransactions>(TRANSACTIONS_STATE, &[])?;
+            .update_modulo_subtask_list::<SubtaskTransactions>(TRANSACTIONS_STATE, &[])?;
         Ok(())
     }
 
@@ -377,7 +381,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
             pending: &t.pending,
         };
         ctx.operator_state()
-            .update_union_list(TRANSACTIONS_STATE, std::slice::from_ref(&state))?;
+            .update_modulo_subtask_list(TRANSACTIONS_STATE, std::slice::from_ref(&state))?;
         Ok(())
     }
 

@@ -170,6 +170,10 @@ pub struct CheckpointConfig {
     /// What recovery may do when the checkpoint it must restore is corrupt or missing
     /// (`recovery.fallback-on-corrupt-checkpoint`).
     pub corrupt_checkpoint_policy: CorruptCheckpointPolicy,
+    /// A subtask's operator list state larger than this many bytes goes into a file of the
+    /// checkpoint, written by the snapshot's asynchronous part, rather than into its
+    /// metadata (`state.storage.fs.memory-threshold`, 20 KiB as in Flink).
+    pub state_file_threshold: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -185,6 +189,7 @@ impl Default for CheckpointConfig {
             retention_on_cancel: RetentionOnCancel::Delete,
             storage: CheckpointStorageConfig::Memory,
             local_recovery: None,
+            state_file_threshold: 20 << 10,
             corrupt_checkpoint_policy: CorruptCheckpointPolicy::Refuse,
         }
     }
@@ -240,6 +245,12 @@ impl CheckpointConfig {
     /// Keeps a second copy of every checkpoint file under `dir` (task-local recovery).
     pub fn with_local_recovery(mut self, dir: impl AsRef<std::path::Path>) -> Self {
         self.local_recovery = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// Puts a subtask's operator list state larger than `bytes` into a state file rather than
+    /// into the checkpoint metadata (`state.storage.fs.memory-threshold`).
+    pub fn with_state_file_threshold(mut self, bytes: u64) -> Self {
+        self.state_file_threshold = bytes;
         self
     }
     /// Sets what recovery may do when the checkpoint it must restore is unusable.

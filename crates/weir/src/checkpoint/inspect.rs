@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, KeyGroupsStateHandle, KeyedStateHandle, ListRedistribution, StateFile,
-    METADATA_FILE,
+    CheckpointMetadata, KeyGroupsStateHandle, KeyedStateHandle, ListItem, ListRedistribution,
+    StateFile, METADATA_FILE,
 };
 use crate::runtime::stream_element::SnapshotType;
 use crate::state::keyed_state_snapshot::decode_key_group_block;
@@ -50,10 +50,14 @@ pub struct ListStateSummary {
     pub name: String,
     /// Split evenly or handed whole to every subtask (union) on rescaling.
     pub union: bool,
+    /// How it is redistributed on rescaling.
+    pub mode: ListRedistribution,
     /// Its items.
     pub items: usize,
     /// Their bytes.
     pub bytes: u64,
+    /// Whether its items are in a state file rather than in the metadata.
+    pub in_file: bool,
 }
 
 /// One subtask's part of an operator's state.
@@ -191,6 +195,21 @@ fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
 
 /// A pending transaction's item: `(checkpoint id, transaction)` in postcard. The
 /// transaction's type is the sink's; it is shown as text where it starts with one.
+/// The bytes of a list state item: inline, or read from its state file under `location`
+/// (`None` if that cannot be read or does not match its checksum).
+fn item_bytes(location: &Path, item: &ListItem) -> Option<Vec<u8>> {
+    match item {
+        ListItem::Inline(bytes) => Some(bytes.clone()),
+        ListItem::Stored(stored) => {
+            let bytes = std::fs::read(location.join(&stored.file)).ok()?;
+            let start = usize::try_from(stored.offset).ok()?;
+            let end = start.checked_add(usize::try_from(stored.length).ok()?)?;
+            let slice = bytes.get(start..end)?;
+            (crc32fast::hash(slice) == stored.crc32).then(|| slice.to_vec())
+        }
+    }
+}
+
 fn pending_transaction(item: &[u8]) -> PendingTransaction {
     let Some((checkpoint_id, rest)) = varint(item) else {
         return PendingTransaction {
@@ -262,15 +281,25 @@ pub fn summarize(path: &Path) -> Result<CheckpointSummary, InspectError> {
                         .map(|l| ListStateSummary {
                             name: l.name.clone(),
                             union: l.mode == ListRedistribution::Union,
+                            mode: l.mode,
                             items: l.items.len(),
-                            bytes: l.items.iter().map(|i| i.len() as u64).sum(),
+                            bytes: l.size(),
+                            in_file: l.items.iter().any(|i| matches!(i, ListItem::Stored(_))),
                         })
                         .collect(),
                     pending_transactions: s
                         .lists
                         .iter()
                         .filter(|l| PENDING_STATES.contains(&l.name.as_str()))
-                        .flat_map(|l| l.items.iter().map(|i| pending_transaction(i)))
+                        .flat_map(|l| {
+                            l.items.iter().map(|i| match item_bytes(&location, i) {
+                                Some(bytes) => pending_transaction(&bytes),
+                                None => PendingTransaction {
+                                    checkpoint_id: 0,
+                                    handle: "unreadable (its state file is damaged)".into(),
+                                },
+                            })
+                        })
                         .collect(),
                 })
                 .collect(),
@@ -376,6 +405,30 @@ pub fn verify_with_progress(
     let mut damage = Vec::new();
     for op in &metadata.operators {
         for subtask in &op.subtasks {
+            // Operator state in files: one finding per damaged file.
+            let mut damaged_files = Vec::new();
+            for list in &subtask.lists {
+                for item in &list.items {
+                    let ListItem::Stored(stored) = item else {
+                        continue;
+                    };
+                    if item_bytes(&location, item).is_none()
+                        && !damaged_files.contains(&stored.file)
+                    {
+                        damaged_files.push(stored.file.clone());
+                        damage.push(Damage {
+                            file: location.join(&stored.file),
+                            operator: op.name.clone(),
+                            subtask: subtask.subtask,
+                            problem: format!(
+                                "list state `{}`: the item at offset {} is missing or does not \
+                                 match its checksum",
+                                list.name, stored.offset
+                            ),
+                        });
+                    }
+                }
+            }
             let Some(handle) = &subtask.keyed else {
                 continue;
             };

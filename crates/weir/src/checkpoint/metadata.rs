@@ -29,10 +29,13 @@ pub enum ListRedistribution {
     EvenSplit,
     /// Every new subtask receives every item.
     Union,
+    /// The items of old subtask `s` go, whole, to new subtask `s mod P` (so that each old
+    /// subtask's items are handled exactly once, and no subtask reads the others').
+    ModuloSubtask,
 }
 
-/// One operator list state of one subtask: its items, each serialized on its own so they can
-/// be redistributed without knowing their type.
+/// One operator list state of one subtask, as the task holds it: its items, each serialized
+/// on its own so they can be redistributed without knowing their type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListStateEntry {
     /// The state's name.
@@ -41,6 +44,72 @@ pub struct ListStateEntry {
     pub mode: ListRedistribution,
     /// Serialized items.
     pub items: Vec<Vec<u8>>,
+}
+
+/// Where one item of an operator list state lies in a state file of its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredItem {
+    /// The file, relative to the checkpoint location.
+    pub file: String,
+    /// Byte offset of the item.
+    pub offset: u64,
+    /// Its length.
+    pub length: u64,
+    /// CRC-32 of its bytes.
+    pub crc32: u32,
+}
+
+/// One item of an operator list state in a checkpoint: small state inline in the metadata,
+/// large state in a file written by the snapshot's asynchronous part
+/// (`state.storage.fs.memory-threshold`, as Flink's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListItem {
+    /// The item's bytes.
+    Inline(Vec<u8>),
+    /// Where they are.
+    Stored(StoredItem),
+}
+
+impl ListItem {
+    /// The item's length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            ListItem::Inline(bytes) => bytes.len() as u64,
+            ListItem::Stored(item) => item.length,
+        }
+    }
+
+    /// Whether the item has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One operator list state of one subtask in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListStateHandle {
+    /// The state's name.
+    pub name: String,
+    /// How it is redistributed.
+    pub mode: ListRedistribution,
+    /// Its items.
+    pub items: Vec<ListItem>,
+}
+
+impl ListStateHandle {
+    /// Items kept in the metadata itself.
+    pub fn inline(entry: ListStateEntry) -> Self {
+        Self {
+            name: entry.name,
+            mode: entry.mode,
+            items: entry.items.into_iter().map(ListItem::Inline).collect(),
+        }
+    }
+
+    /// Bytes of its items.
+    pub fn size(&self) -> u64 {
+        self.items.iter().map(ListItem::len).sum()
+    }
 }
 
 /// Where one key group's data sits in a keyed state file.
@@ -176,31 +245,23 @@ pub struct OperatorSubtaskState {
     /// Keyed state, if the operator is keyed and has any.
     pub keyed: Option<KeyedStateHandle>,
     /// Operator list states (source reader positions among them).
-    pub lists: Vec<ListStateEntry>,
+    pub lists: Vec<ListStateHandle>,
 }
 
 impl OperatorSubtaskState {
     /// Bytes of state this subtask holds.
     pub fn size(&self) -> u64 {
-        let lists: usize = self
-            .lists
-            .iter()
-            .flat_map(|l| l.items.iter().map(Vec::len))
-            .sum();
-        self.keyed.as_ref().map_or(0, KeyedStateHandle::size) + lists as u64
+        let lists: u64 = self.lists.iter().map(ListStateHandle::size).sum();
+        self.keyed.as_ref().map_or(0, KeyedStateHandle::size) + lists
     }
 
     /// Bytes that checkpoint `checkpoint_id` wrote of this subtask's state.
     pub fn uploaded_size(&self, checkpoint_id: u64) -> u64 {
-        let lists: usize = self
-            .lists
-            .iter()
-            .flat_map(|l| l.items.iter().map(Vec::len))
-            .sum();
+        let lists: u64 = self.lists.iter().map(ListStateHandle::size).sum();
         self.keyed
             .as_ref()
             .map_or(0, |k| k.uploaded_size(checkpoint_id))
-            + lists as u64
+            + lists
     }
 }
 
@@ -312,10 +373,10 @@ mod tests {
                             crc32: 3,
                         }],
                     })),
-                    lists: vec![ListStateEntry {
+                    lists: vec![ListStateHandle {
                         name: "splits".into(),
                         mode: ListRedistribution::EvenSplit,
-                        items: vec![vec![1, 2, 3]],
+                        items: vec![ListItem::Inline(vec![1, 2, 3])],
                     }],
                 }],
                 coordinator: Some(vec![9]),

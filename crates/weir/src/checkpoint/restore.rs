@@ -4,13 +4,15 @@
 //! Keyed state moves by key group: a new subtask takes every key group of its new range from
 //! whichever old subtask wrote it. Even-split list state is pooled and dealt out in
 //! contiguous shares (unchanged when parallelism is unchanged); union list state goes whole
-//! to every subtask. A source's enumerator state goes to its coordinator.
+//! to every subtask; modulo-subtask list state goes from old subtask `s` to new subtask
+//! `s mod P`. Items stored in files move as references: a subtask reads only its own. A
+//! source's enumerator state goes to its coordinator.
 
 use std::collections::HashMap;
 
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, IncrementalKeyedStateHandle, KeyGroupEntry, KeyedStateHandle,
-    ListRedistribution, ListStateEntry, OperatorState,
+    CheckpointMetadata, IncrementalKeyedStateHandle, KeyGroupEntry, KeyedStateHandle, ListItem,
+    ListRedistribution, ListStateHandle, OperatorState,
 };
 use crate::graph::ids::NodeId;
 use crate::graph::stream_graph::StreamGraph;
@@ -56,7 +58,7 @@ pub struct SubtaskRestorePlan {
     /// subtask's range out of them).
     pub incremental: Vec<IncrementalKeyedStateHandle>,
     /// Operator list states after redistribution.
-    pub lists: Vec<ListStateEntry>,
+    pub lists: Vec<ListStateHandle>,
 }
 
 /// The restore plan of a whole job.
@@ -76,8 +78,9 @@ fn split_evenly<T: Clone>(items: &[T], parallelism: u32) -> Vec<Vec<T>> {
         .collect()
 }
 
-fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStateEntry>> {
-    let mut out: Vec<Vec<ListStateEntry>> = vec![Vec::new(); parallelism as usize];
+fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStateHandle>> {
+    let p = parallelism.max(1) as usize;
+    let mut out: Vec<Vec<ListStateHandle>> = vec![Vec::new(); p];
     let mut names: Vec<(&str, ListRedistribution)> = Vec::new();
     for s in &old.subtasks {
         for l in &s.lists {
@@ -87,35 +90,51 @@ fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStat
         }
     }
     for (name, mode) in names {
-        let per_old: Vec<Vec<Vec<u8>>> = old
+        // Per old subtask: its index and its items of this state.
+        let per_old: Vec<(u32, Vec<ListItem>)> = old
             .subtasks
             .iter()
             .map(|s| {
-                s.lists
+                let items = s
+                    .lists
                     .iter()
                     .filter(|l| l.name == name)
                     .flat_map(|l| l.items.iter().cloned())
-                    .collect()
+                    .collect();
+                (s.subtask, items)
             })
             .collect();
-        let shares: Vec<Vec<Vec<u8>>> = match mode {
-            ListRedistribution::Union => vec![per_old.concat(); parallelism as usize],
+        let all = || {
+            per_old
+                .iter()
+                .flat_map(|(_, items)| items.iter().cloned())
+                .collect::<Vec<_>>()
+        };
+        let shares: Vec<Vec<ListItem>> = match mode {
+            ListRedistribution::Union => vec![all(); p],
             ListRedistribution::EvenSplit
-                if old.parallelism == parallelism && per_old.len() == parallelism as usize =>
+                if old.parallelism == parallelism && per_old.len() == p =>
             {
                 // Same parallelism: each subtask keeps exactly its own items.
-                let mut by_subtask = vec![Vec::new(); parallelism as usize];
-                for (s, items) in old.subtasks.iter().zip(per_old) {
-                    if let Some(slot) = by_subtask.get_mut(s.subtask as usize) {
+                let mut by_subtask = vec![Vec::new(); p];
+                for (subtask, items) in per_old {
+                    if let Some(slot) = by_subtask.get_mut(subtask as usize) {
                         *slot = items;
                     }
                 }
                 by_subtask
             }
-            ListRedistribution::EvenSplit => split_evenly(&per_old.concat(), parallelism),
+            ListRedistribution::EvenSplit => split_evenly(&all(), parallelism),
+            ListRedistribution::ModuloSubtask => {
+                let mut by_subtask = vec![Vec::new(); p];
+                for (subtask, items) in per_old {
+                    by_subtask[subtask as usize % p].extend(items);
+                }
+                by_subtask
+            }
         };
         for (i, items) in shares.into_iter().enumerate() {
-            out[i].push(ListStateEntry {
+            out[i].push(ListStateHandle {
                 name: name.to_string(),
                 mode,
                 items,
@@ -224,15 +243,20 @@ mod tests {
                         key_groups: range.iter().map(entry).collect(),
                     })),
                     lists: vec![
-                        ListStateEntry {
+                        ListStateHandle {
                             name: "splits".into(),
                             mode: ListRedistribution::EvenSplit,
-                            items: (0..3).map(|k| vec![i as u8, k]).collect(),
+                            items: (0..3).map(|k| ListItem::Inline(vec![i as u8, k])).collect(),
                         },
-                        ListStateEntry {
+                        ListStateHandle {
                             name: "config".into(),
                             mode: ListRedistribution::Union,
-                            items: vec![vec![i as u8]],
+                            items: vec![ListItem::Inline(vec![i as u8])],
+                        },
+                        ListStateHandle {
+                            name: "transactions".into(),
+                            mode: ListRedistribution::ModuloSubtask,
+                            items: vec![ListItem::Inline(vec![100 + i as u8])],
                         },
                     ],
                 }
@@ -295,7 +319,35 @@ mod tests {
         }
         // Same parallelism: each subtask keeps its own items.
         let a = assign_state(&metadata(2), &graph(2, "op"), false).unwrap();
-        assert_eq!(a.subtasks[&NodeId(1)][1].lists[0].items[0], vec![1, 0]);
+        assert_eq!(
+            a.subtasks[&NodeId(1)][1].lists[0].items[0],
+            ListItem::Inline(vec![1, 0])
+        );
+    }
+
+    #[test]
+    fn modulo_subtask_state_goes_from_old_subtask_s_to_new_subtask_s_mod_p() {
+        for (old_p, new_p) in [(3, 2), (2, 3), (4, 1), (2, 2)] {
+            let a = assign_state(&metadata(old_p), &graph(new_p, "op"), false).unwrap();
+            let plans = &a.subtasks[&NodeId(1)];
+            let mut seen = Vec::new();
+            for (i, plan) in plans.iter().enumerate() {
+                for item in &plan.lists[2].items {
+                    let ListItem::Inline(bytes) = item else {
+                        panic!("inline")
+                    };
+                    let old = u32::from(bytes[0] - 100);
+                    assert_eq!(old % new_p, i as u32, "{old_p}->{new_p}");
+                    seen.push(old);
+                }
+            }
+            seen.sort_unstable();
+            assert_eq!(
+                seen,
+                (0..old_p).collect::<Vec<_>>(),
+                "each old subtask once"
+            );
+        }
     }
 
     #[test]

@@ -73,6 +73,9 @@ impl Configuration {
 
     fn apply_checkpointing(&self, config: &mut ExecutionConfig) -> Result<(), ConfigurationError> {
         let checkpoint = &mut config.checkpoint;
+        if let Some(bytes) = self.memory_size("state.storage.fs.memory-threshold")? {
+            checkpoint.state_file_threshold = bytes;
+        }
         if let Some(interval) = self.duration("execution.checkpointing.interval")? {
             checkpoint.interval = Some(interval);
         }

@@ -144,6 +144,11 @@ pub const OPTIONS: &[ConfigOption] = &[
         "Where checkpoints and savepoints go (the key before Flink 2.0).",
     ),
     option(
+        "state.storage.fs.memory-threshold",
+        MemorySize,
+        "A subtask's operator state larger than this goes into a state file of the checkpoint instead of its metadata (default 20 kb).",
+    ),
+    option(
         "state.backend.type",
         Text,
         "Where keyed state lives: `heap` (Flink's `hashmap`, the default) or a backend registered by a crate the job links, as `rocksdb`.",

@@ -113,7 +113,6 @@ pub struct StreamGraph {
 }
 
 impl StreamGraph {
-    /// The node with id `id`.
     /// Names of the sinks that commit output on checkpoint completion.
     pub fn committing_sinks(&self) -> Vec<String> {
         self.nodes

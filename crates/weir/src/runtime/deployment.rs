@@ -1,13 +1,15 @@
 //! Deployment: creates every channel, source coordinator and task of a job — wired, with
 //! restored state loaded, but not started.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::checkpoint::fencing::FencingToken;
-use crate::checkpoint::metadata::IncrementalKeyedStateHandle;
+use crate::checkpoint::metadata::{
+    IncrementalKeyedStateHandle, ListItem, ListStateEntry, ListStateHandle, StoredItem,
+};
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
@@ -176,6 +178,76 @@ fn download_state_files(
     Ok(files)
 }
 
+/// The operator list states of `handles` with their items' bytes: items stored in state
+/// files are read — each file's span of them at once — and checked against their checksums.
+fn resolve_lists(
+    storage: Option<&Arc<dyn CheckpointStorage>>,
+    location: &str,
+    handles: &[ListStateHandle],
+) -> Result<Vec<ListStateEntry>, DeployError> {
+    let mut by_file: BTreeMap<&str, Vec<&StoredItem>> = BTreeMap::new();
+    for item in handles.iter().flat_map(|h| &h.items) {
+        if let ListItem::Stored(stored) = item {
+            by_file
+                .entry(stored.file.as_str())
+                .or_default()
+                .push(stored);
+        }
+    }
+    let mut read: HashMap<&str, (u64, Vec<u8>)> = HashMap::new();
+    for (file, items) in &by_file {
+        let storage = storage.ok_or_else(|| {
+            WeirError::Internal("restoring operator state without checkpoint storage".into())
+        })?;
+        let start = items.iter().map(|i| i.offset).min().unwrap_or(0);
+        let end = items
+            .iter()
+            .map(|i| i.offset.saturating_add(i.length))
+            .max()
+            .unwrap_or(0);
+        // Checked per copy, so that a damaged primary is read from its local copy.
+        let verify = |bytes: &[u8]| {
+            for item in items {
+                let at = (item.offset - start) as usize;
+                let slice = bytes.get(at..at + item.length as usize);
+                if slice.map(crc32fast::hash) != Some(item.crc32) {
+                    return Err(format!(
+                        "operator state item at offset {}: checksum mismatch",
+                        item.offset
+                    ));
+                }
+            }
+            Ok(())
+        };
+        let bytes = storage
+            .read_range(location, file, start, end - start, &verify)
+            .map_err(|e| DeployError::CorruptState(e.to_string()))?;
+        read.insert(file, (start, bytes));
+    }
+    handles
+        .iter()
+        .map(|handle| {
+            let items = handle
+                .items
+                .iter()
+                .map(|item| match item {
+                    ListItem::Inline(bytes) => Ok(bytes.clone()),
+                    ListItem::Stored(stored) => {
+                        let (start, bytes) = &read[stored.file.as_str()];
+                        let at = (stored.offset - start) as usize;
+                        Ok(bytes[at..at + stored.length as usize].to_vec())
+                    }
+                })
+                .collect::<Result<Vec<_>, DeployError>>()?;
+            Ok(ListStateEntry {
+                name: handle.name.clone(),
+                mode: handle.mode,
+                items,
+            })
+        })
+        .collect()
+}
+
 /// Reads and verifies the state a subtask of `node` restores.
 fn load_state(
     restore: &RestorePoint,
@@ -241,7 +313,7 @@ fn load_state(
     Ok(Some(Arc::new(RestoredOperatorState {
         keyed,
         keyed_files,
-        lists: plan.lists.clone(),
+        lists: resolve_lists(storage, &restore.location, &plan.lists)?,
     })))
 }
 

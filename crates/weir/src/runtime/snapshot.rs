@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::coordinator::Acknowledgement;
-use crate::checkpoint::metadata::{ListStateEntry, OperatorSubtaskState};
+use crate::checkpoint::metadata::{
+    ListItem, ListStateEntry, ListStateHandle, OperatorSubtaskState, StoredItem,
+};
 use crate::checkpoint::stats::SubtaskCheckpointStats;
 use crate::checkpoint::storage::StorageError;
 use crate::error::{panic_message, StateError, TaskError};
@@ -173,6 +175,7 @@ pub fn checkpoint_chain(
         ));
     };
     let (task, events) = (env.task, env.events.clone());
+    let threshold = env.state_file_threshold;
     let id = barrier.checkpoint_id;
     let location = storage.location(id, barrier.snapshot_type);
     let spawned = std::thread::Builder::new()
@@ -180,7 +183,14 @@ pub fn checkpoint_chain(
         .spawn(move || {
             let write_started = Instant::now();
             let written = catch_unwind(AssertUnwindSafe(|| {
-                write_snapshots(storage.as_ref(), id, &location, task.subtask, extra)
+                write_snapshots(
+                    storage.as_ref(),
+                    id,
+                    &location,
+                    task.subtask,
+                    threshold,
+                    extra,
+                )
             }))
             .unwrap_or_else(|p| {
                 Err(format!(
@@ -269,6 +279,7 @@ fn write_snapshots(
     checkpoint_id: u64,
     location: &str,
     subtask: u32,
+    threshold: u64,
     snapshots: Vec<OperatorSnapshot>,
 ) -> Result<Vec<(NodeId, OperatorSubtaskState)>, String> {
     let mut states = Vec::with_capacity(snapshots.len());
@@ -288,14 +299,62 @@ fn write_snapshots(
         if keyed.is_none() && snapshot.lists.is_empty() {
             continue;
         }
+        let file = format!("{}-{subtask}.operator", snapshot.node);
+        let lists = store_lists(storage, location, &file, threshold, snapshot.lists)?;
         states.push((
             snapshot.node,
             OperatorSubtaskState {
                 subtask,
                 keyed,
-                lists: snapshot.lists,
+                lists,
             },
         ));
     }
     Ok(states)
+}
+
+/// An operator subtask's list states as its checkpoint records them: inline in the
+/// metadata when small, otherwise their items in state file `file` and references in the
+/// metadata (so that the metadata stays small and a restore reads only the items it gets).
+fn store_lists(
+    storage: &dyn crate::checkpoint::storage::CheckpointStorage,
+    location: &str,
+    file: &str,
+    threshold: u64,
+    lists: Vec<ListStateEntry>,
+) -> Result<Vec<ListStateHandle>, String> {
+    let total: u64 = lists
+        .iter()
+        .flat_map(|l| l.items.iter().map(|i| i.len() as u64))
+        .sum();
+    if total <= threshold {
+        return Ok(lists.into_iter().map(ListStateHandle::inline).collect());
+    }
+    let mut bytes = Vec::with_capacity(total as usize);
+    let mut handles = Vec::with_capacity(lists.len());
+    for list in lists {
+        let items = list
+            .items
+            .iter()
+            .map(|item| {
+                let offset = bytes.len() as u64;
+                bytes.extend_from_slice(item);
+                ListItem::Stored(StoredItem {
+                    file: file.to_string(),
+                    offset,
+                    length: item.len() as u64,
+                    crc32: crc32fast::hash(item),
+                })
+            })
+            .collect();
+        handles.push(ListStateHandle {
+            name: list.name,
+            mode: list.mode,
+            items,
+        });
+    }
+    storage
+        .write_file(location, file, &bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(handles)
 }

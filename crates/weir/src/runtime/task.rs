@@ -42,6 +42,9 @@ pub struct TaskEnvironment {
     pub mode: CheckpointingMode,
     /// Whether periodic checkpoints are taken.
     pub checkpointing: bool,
+    /// Operator list state above this many bytes per operator subtask goes into a state
+    /// file instead of the metadata.
+    pub state_file_threshold: u64,
     /// The job's cancellation signal.
     pub cancel: CancelToken,
     /// Snapshot threads started by this task; joined before the task reports its end, so

@@ -226,6 +226,7 @@ pub fn start_tasks(
             storage: storage.clone(),
             mode,
             checkpointing,
+            state_file_threshold: job.config.checkpoint.state_file_threshold,
             cancel: cancel.clone(),
             snapshot_threads: std::cell::RefCell::new(Vec::new()),
             metrics,

@@ -119,6 +119,44 @@ pub struct BackendContext<'a> {
     pub restored_files: &'a [RestoredStateFiles],
 }
 
+/// Removes, once per process and directory, the working and restore directories under
+/// `root` that processes which no longer run left behind (they died without cleaning up);
+/// such a directory's name ends in `-<pid>-<n>`. Where the system cannot tell whether a
+/// process runs, nothing is removed.
+pub fn remove_dead_working_dirs(root: &Path) {
+    static SWEPT: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
+    let mut swept = SWEPT
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if swept.iter().any(|done| done == root) || !Path::new("/proc/self").exists() {
+        return;
+    }
+    swept.push(root.to_path_buf());
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut parts = name.rsplit('-');
+        let (Some(n), Some(pid)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let (Ok(_), Ok(pid)) = (n.parse::<u64>(), pid.parse::<u32>()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => tracing::info!(dir = %entry.path().display(),
+                "removed the state backend directory of a process that died"),
+            Err(e) => tracing::warn!(dir = %entry.path().display(), error = %e,
+                "cannot remove the state backend directory of a process that died"),
+        }
+    }
+}
+
 /// `uid` as a file name: what is not an ASCII letter, digit or `-` becomes `_`.
 pub fn file_name_of(uid: &str) -> String {
     uid.chars()
@@ -172,4 +210,42 @@ pub fn state_backend_factory(name: &str) -> Result<Arc<dyn StateBackendFactory>,
                 known: known.join(", "),
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_directories_of_processes_that_died_are_removed() {
+        let root = std::env::temp_dir().join(format!("weir-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dead = std::process::Command::new("true")
+            .spawn()
+            .and_then(|mut child| child.wait().map(|_| child.id()))
+            .unwrap();
+        let mine = std::process::id();
+        let names = [
+            format!("op-0-{dead}-3"),
+            format!("restore-op-1-{dead}-0"),
+            format!("op-0-{mine}-1"),
+            "unrelated".to_string(),
+        ];
+        for name in &names {
+            std::fs::create_dir_all(root.join(name)).unwrap();
+        }
+        remove_dead_working_dirs(&root);
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let _ = std::fs::remove_dir_all(&root);
+        if Path::new("/proc/self").exists() {
+            assert_eq!(
+                left,
+                vec![format!("op-0-{mine}-1"), "unrelated".to_string()]
+            );
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Operator (non-keyed) state: named lists whose items are redistributed evenly on restore
-//! at another parallelism, or handed whole to every subtask (union).
+//! at another parallelism, handed whole to every subtask (union), or passed whole from old
+//! subtask `s` to new subtask `s mod P` (modulo subtask).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -94,6 +95,26 @@ impl OperatorStateBackend {
         items: &[T],
     ) -> Result<(), StateError> {
         self.update(name, ListRedistribution::Union, items)
+    }
+
+    /// The items of modulo-subtask list state `name` this subtask holds: after a restore at
+    /// parallelism `P`, those of every old subtask `s` with `s mod P` equal to this subtask's
+    /// index — each old subtask's items reach exactly one new subtask, and only that one
+    /// reads them (where union state would hand everything to everyone).
+    pub fn get_modulo_subtask_list<T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Vec<T>, StateError> {
+        self.get(name, ListRedistribution::ModuloSubtask)
+    }
+
+    /// Replaces this subtask's items of modulo-subtask list state `name`.
+    pub fn update_modulo_subtask_list<T: Serialize>(
+        &mut self,
+        name: &str,
+        items: &[T],
+    ) -> Result<(), StateError> {
+        self.update(name, ListRedistribution::ModuloSubtask, items)
     }
 
     /// The lists as they go into a checkpoint.

@@ -27,7 +27,9 @@ use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
 use crate::runtime::stream_element::{CheckpointBarrier, InputEnd};
 use crate::runtime::task::OperatorSetup;
 use crate::state::backend::KeyedBackendSnapshot;
-use crate::state::backend_factory::{file_name_of, state_backend_factory, BackendContext};
+use crate::state::backend_factory::{
+    file_name_of, remove_dead_working_dirs, state_backend_factory, BackendContext,
+};
 use crate::state::heap_keyed_state_backend::HeapKeyedStateBackend;
 use crate::state::keyed_state_store::KeyedStateStore;
 use crate::state::operator_state::OperatorStateBackend;
@@ -98,6 +100,7 @@ impl OperatorCore {
             return Ok(KeyedStateStore::Heap(backend));
         }
         let factory = state_backend_factory(&config.backend_type)?;
+        remove_dead_working_dirs(&config.working_root());
         // Unique per operator subtask and process run: a restarted attempt starts afresh
         // from what it restores.
         let working_dir = config.working_root().join(format!(
