@@ -25,6 +25,10 @@ KV_SOURCE = """
 CREATE TABLE kv (`key` BIGINT, `value` BIGINT) WITH (
   'connector' = 'filesystem', 'path' = 'file://{input}', 'format' = 'csv')"""
 
+KVS_SOURCE = """
+CREATE TABLE kvs (`key` STRING, `value` BIGINT) WITH (
+  'connector' = 'filesystem', 'path' = 'file://{input}', 'format' = 'csv')"""
+
 # The Nexmark DDL of the Flink Nexmark suite (one table of all events, a view per kind),
 # over JSON lines instead of the datagen connector. `dateTime` is a reserved word in Flink 2.
 NEXMARK_SOURCE = """
@@ -81,6 +85,8 @@ WORKLOADS = {
                   "SELECT `key`, `value` * 10 FROM kv WHERE MOD(`value`, 2) = 0"),
     "keyed": ([KV_SOURCE], "`key` BIGINT, total BIGINT, cnt BIGINT",
               "SELECT `key`, SUM(`value`), COUNT(*) FROM kv GROUP BY `key`"),
+    "keyed_strings": ([KVS_SOURCE], "`key` STRING, total BIGINT, cnt BIGINT",
+                      "SELECT `key`, SUM(`value`), COUNT(*) FROM kvs GROUP BY `key`"),
     "q0": ([NEXMARK_SOURCE, BID_VIEW],
            "auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP(3), extra STRING",
            "SELECT auction, bidder, price, `dateTime`, extra FROM bid"),
@@ -272,8 +278,9 @@ def verify(a):
         t_env.execute_sql(f"INSERT INTO verify_out {select}").wait()
         print("VERIFY " + json.dumps({"workload": a.workload, "output": a.output}), flush=True)
         return
-    if a.workload == "keyed":
-        count = "SELECT SUM(cnt) FROM (SELECT `key`, COUNT(*) AS cnt FROM kv GROUP BY `key`)"
+    if a.workload in ("keyed", "keyed_strings"):
+        table = "kv" if a.workload == "keyed" else "kvs"
+        count = f"SELECT SUM(cnt) FROM (SELECT `key`, COUNT(*) AS cnt FROM {table} GROUP BY `key`)"
     else:
         count = f"SELECT COUNT(*) FROM ({select})"
     with t_env.execute_sql(count).collect() as rows:

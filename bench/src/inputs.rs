@@ -43,6 +43,15 @@ pub fn key_value_input(dir: &Path, spec: &KvInputSpec) -> Result<PathBuf, BenchE
     ensure(dir, "kv", spec, write_kv_input)
 }
 
+/// The `key,value` input of `spec` with string keys (`k<key>`) under `dir`.
+pub fn string_key_value_input(dir: &Path, spec: &KvInputSpec) -> Result<PathBuf, BenchError> {
+    let spec = KvInputSpec {
+        string_keys: true,
+        ..spec.clone()
+    };
+    ensure(dir, "kvs", &spec, write_kv_input)
+}
+
 /// The Nexmark input of `spec` under `dir`, generated if missing or different.
 pub fn nexmark_input(dir: &Path, spec: &NexmarkInputSpec) -> Result<PathBuf, BenchError> {
     ensure(dir, "nexmark", spec, write_nexmark_input)
@@ -60,6 +69,7 @@ mod tests {
             keys: 3,
             seed: 1,
             files: 2,
+            string_keys: false,
         };
         let input = key_value_input(dir.path(), &spec).unwrap();
         let marker = input.join("part-0.csv");

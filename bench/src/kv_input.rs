@@ -1,6 +1,6 @@
 //! The `key,value` input of the stateless and keyed workloads: headerless CSV part files,
 //! keys uniform over `0..keys`, values uniform over `0..1000`, the same bytes for the same
-//! seed. Several part files, because both engines read one file per split: a single file
+//! seed; with string keys, the same rows with each key written `k<key>`. Several part files, because both engines read one file per split: a single file
 //! would leave every subtask but one idle.
 
 use std::fs::File;
@@ -24,6 +24,9 @@ pub struct KvInputSpec {
     pub seed: u64,
     /// Part files.
     pub files: u32,
+    /// Keys written as strings, `k<key>`.
+    #[serde(default)]
+    pub string_keys: bool,
 }
 
 /// Rows of part `file` of `files`: contiguous, the remainder spread over the first parts.
@@ -77,7 +80,8 @@ fn write_part(path: &Path, spec: &KvInputSpec, file: u32) -> Result<(), BenchErr
     for _ in part_range(spec.rows, spec.files, file) {
         let key = rng.random_range(0..spec.keys.max(1));
         let value = rng.random_range(0..1000u64);
-        writeln!(out, "{key},{value}").map_err(BenchError::io("writing", path))?;
+        let prefix = if spec.string_keys { "k" } else { "" };
+        writeln!(out, "{prefix}{key},{value}").map_err(BenchError::io("writing", path))?;
     }
     out.flush().map_err(BenchError::io("writing", path))
 }
@@ -105,6 +109,7 @@ mod tests {
             keys: 7,
             seed: 3,
             files: 2,
+            string_keys: false,
         };
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         write_kv_input(a.path(), &spec).unwrap();

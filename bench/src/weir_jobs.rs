@@ -56,6 +56,26 @@ impl AggregateFunction<(i64, i64), (i64, i64), (i64, i64)> for SumAndCount {
     }
 }
 
+/// `SUM(value), COUNT(*)` over string-keyed rows.
+#[derive(Debug, Clone, Copy)]
+pub struct SumAndCountByName;
+
+impl AggregateFunction<(String, i64), (i64, i64), (i64, i64)> for SumAndCountByName {
+    fn create_accumulator(&self) -> (i64, i64) {
+        (0, 0)
+    }
+    fn add(&self, (_, value): (String, i64), acc: &mut (i64, i64)) {
+        acc.0 += value;
+        acc.1 += 1;
+    }
+    fn get_result(&self, acc: &(i64, i64)) -> (i64, i64) {
+        *acc
+    }
+    fn merge(&self, a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
+        (a.0 + b.0, a.1 + b.1)
+    }
+}
+
 /// JSON lines decoded into `T` by the file source.
 fn json_lines<T: Record + serde::de::DeserializeOwned>(dir: &str) -> FileSource<T> {
     FileSource::with_decoder(
@@ -216,6 +236,17 @@ pub fn build(
                 .key_by(|(key, _): &(i64, i64)| *key)
                 .aggregate(SumAndCount)
                 .name("sum and count"),
+            output,
+        ),
+        Workload::KeyedStrings => sink(
+            &env.from_source(
+                FileSource::<(String, i64)>::csv(kv_dir()?).has_header(false),
+                WatermarkStrategy::no_watermarks(),
+                "kv source",
+            )
+            .key_by_ref(|(key, _): &(String, i64)| key)
+            .aggregate(SumAndCountByName)
+            .name("sum and count"),
             output,
         ),
         Workload::Q0 => sink(&plain_bids(env, source, bid_row), output),

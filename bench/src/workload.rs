@@ -15,6 +15,8 @@ pub enum Workload {
     Stateless,
     /// SUM and COUNT by key over the `key,value` CSV, one updated result per row.
     Keyed,
+    /// The same over string keys (`k123456`), as most real keys are.
+    KeyedStrings,
     /// Nexmark q0: pass the bids through.
     Q0,
     /// Nexmark q1: bid prices converted from dollars to euros.
@@ -45,15 +47,18 @@ pub enum Workload {
 pub enum InputKind {
     /// Headerless CSV `key,value` part files.
     KeyValue,
+    /// The same rows with string keys: `k<key>,value`.
+    StringKeyValue,
     /// Nexmark events as JSON lines.
     Nexmark,
 }
 
 impl Workload {
     /// Every workload, in report order.
-    pub const ALL: [Workload; 13] = [
+    pub const ALL: [Workload; 14] = [
         Workload::Stateless,
         Workload::Keyed,
+        Workload::KeyedStrings,
         Workload::Q0,
         Workload::Q1,
         Workload::Q2,
@@ -84,6 +89,7 @@ impl Workload {
         match self {
             Workload::Stateless => "stateless",
             Workload::Keyed => "keyed",
+            Workload::KeyedStrings => "keyed_strings",
             Workload::Q0 => "q0",
             Workload::Q1 => "q1",
             Workload::Q2 => "q2",
@@ -103,7 +109,12 @@ impl Workload {
     pub fn has_floor(self) -> bool {
         matches!(
             self,
-            Workload::Stateless | Workload::Keyed | Workload::Q0 | Workload::Q1 | Workload::Q2
+            Workload::Stateless
+                | Workload::Keyed
+                | Workload::KeyedStrings
+                | Workload::Q0
+                | Workload::Q1
+                | Workload::Q2
         )
     }
 
@@ -123,6 +134,7 @@ impl Workload {
     pub fn input(self) -> InputKind {
         match self {
             Workload::Stateless | Workload::Keyed => InputKind::KeyValue,
+            Workload::KeyedStrings => InputKind::StringKeyValue,
             _ => InputKind::Nexmark,
         }
     }
@@ -132,6 +144,7 @@ impl Workload {
         match self {
             Workload::Stateless => "SELECT key, value * 10 FROM kv WHERE MOD(value, 2) = 0",
             Workload::Keyed => "SELECT key, SUM(value), COUNT(*) FROM kv GROUP BY key",
+            Workload::KeyedStrings => "SELECT key, SUM(value), COUNT(*) FROM kvs GROUP BY key",
             Workload::Q0 => "SELECT auction, bidder, price, dateTime, extra FROM bid",
             Workload::Q1 => "SELECT auction, bidder, 0.908 * price, dateTime, extra FROM bid",
             Workload::Q2 => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
@@ -227,6 +240,6 @@ mod tests {
             assert_eq!(w.name().parse::<Workload>(), Ok(w));
         }
         let err = "q9".parse::<Workload>().unwrap_err();
-        assert!(err.contains("q9") && err.contains("stateless, keyed, q0, q1, q2, q3"));
+        assert!(err.contains("q9") && err.contains("stateless, keyed, keyed_strings, q0, q1, q2"));
     }
 }

@@ -1,5 +1,6 @@
 //! Weir's pipelines read every record and emit what the hand-written floor emits, for every
-//! workload the floor has (stateless, keyed, q0–q2), with and without checkpoints and at
+//! workload the floor has (stateless, keyed, keyed_strings, q0–q2), with and without
+//! checkpoints and at
 //! parallelism 1 and 2, over generated inputs. The window and join queries are checked in
 //! `nexmark_windows.rs`.
 
@@ -12,14 +13,21 @@ use weir_bench::{floor, weir_jobs, Engine, InputKind, Workload};
 fn weir_pipelines_match_the_floor() {
     let dir = tempfile::tempdir().unwrap();
     let kv = dir.path().join("kv");
+    let kvs = dir.path().join("kvs");
     let nexmark = dir.path().join("nexmark");
+    let spec = KvInputSpec {
+        rows: 30_000,
+        keys: 500,
+        seed: 5,
+        files: 3,
+        string_keys: false,
+    };
+    write_kv_input(&kv, &spec).unwrap();
     write_kv_input(
-        &kv,
+        &kvs,
         &KvInputSpec {
-            rows: 30_000,
-            keys: 500,
-            seed: 5,
-            files: 3,
+            string_keys: true,
+            ..spec
         },
     )
     .unwrap();
@@ -36,6 +44,7 @@ fn weir_pipelines_match_the_floor() {
     for workload in Workload::ALL.into_iter().filter(|w| w.has_floor()) {
         let input = match workload.input() {
             InputKind::KeyValue => &kv,
+            InputKind::StringKeyValue => &kvs,
             InputKind::Nexmark => &nexmark,
         };
         let expected = floor::compute(workload, input).unwrap();

@@ -353,7 +353,7 @@ fn suite(args: &SuiteArgs) -> Result<()> {
         .iter()
         .copied()
         .filter(|w| {
-            let keep = !(generator && w.input() == InputKind::KeyValue);
+            let keep = !(generator && w.input() != InputKind::Nexmark);
             if !keep {
                 eprintln!("{w}: reads the key,value files, not Nexmark events: skipped with --source generator");
             }
@@ -361,18 +361,28 @@ fn suite(args: &SuiteArgs) -> Result<()> {
         })
         .collect();
     let needs = |kind| workloads.iter().any(|w| w.input() == kind);
+    let kv_spec = KvInputSpec {
+        rows: args.rows,
+        keys: args.keys,
+        seed: args.seed,
+        files: args.files,
+        string_keys: false,
+    };
     let kv = if needs(InputKind::KeyValue) {
         eprintln!(
             "input: {} key,value rows over {} keys",
             args.rows, args.keys
         );
-        let spec = KvInputSpec {
-            rows: args.rows,
-            keys: args.keys,
-            seed: args.seed,
-            files: args.files,
-        };
-        Some(inputs::key_value_input(&data_dir, &spec)?)
+        Some(inputs::key_value_input(&data_dir, &kv_spec)?)
+    } else {
+        None
+    };
+    let kvs = if needs(InputKind::StringKeyValue) {
+        eprintln!(
+            "input: {} key,value rows over {} string keys",
+            args.rows, args.keys
+        );
+        Some(inputs::string_key_value_input(&data_dir, &kv_spec)?)
     } else {
         None
     };
@@ -416,6 +426,11 @@ fn suite(args: &SuiteArgs) -> Result<()> {
             (InputKind::KeyValue, _) => (
                 RunInput::Files(kv.as_deref().context("input not generated")?),
                 FlinkInput::Files(kv.clone().context("input not generated")?),
+                args.rows,
+            ),
+            (InputKind::StringKeyValue, _) => (
+                RunInput::Files(kvs.as_deref().context("input not generated")?),
+                FlinkInput::Files(kvs.clone().context("input not generated")?),
                 args.rows,
             ),
             (InputKind::Nexmark, false) => (

@@ -42,7 +42,7 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Record for
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a key: keys must be owned records that are `Hash + Eq`",
     label = "not a key",
-    note = "keys are owned values: return `w.clone()`, not `&w` (or `*k` for a `Copy` key); a struct key needs `#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]`"
+    note = "keys are owned values: return `w.clone()`, not `&w` (or `*k` for a `Copy` key), or borrow the key with `key_by_ref(|r| &r.field)`; a struct key needs `#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]`"
 )]
 pub trait Key: Record + Hash + Eq {}
 impl<T: Record + Hash + Eq> Key for T {}

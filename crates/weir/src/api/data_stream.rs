@@ -21,7 +21,7 @@ use crate::error::{BoxError, GraphError};
 use crate::graph::ids::NodeId;
 use crate::graph::stream_graph::{ChainingStrategy, OperatorKind};
 use crate::record::{Key, Record};
-use crate::runtime::key_selector::{FnKeySelector, KeyGroupOf, KeySelector};
+use crate::runtime::key_selector::{FnKeySelector, KeyGroupOf, KeySelector, RefKeySelector};
 use crate::runtime::operator_factory::{FnOperatorFactory, NodeFactory};
 use crate::runtime::operators::filter::FilterOperator;
 use crate::runtime::operators::flat_map::{FlatMapIterOperator, FlatMapOperator};
@@ -244,14 +244,45 @@ impl<T: Record> DataStream<T> {
         &self,
         key_selector: F,
     ) -> KeyedStream<T, K> {
-        let selector = Arc::new(FnKeySelector::new(key_selector));
+        self.keyed_by(FnKeySelector::new(key_selector))
+    }
+
+    /// Partitions by the key `selector` extracts.
+    fn keyed_by<S: KeySelector<T>>(&self, selector: S) -> KeyedStream<T, S::Key> {
+        let selector = Arc::new(selector);
         let key_group_of: Arc<dyn KeyGroupOf<T>> = selector.clone();
         let shared: SharedAny = Arc::new(key_group_of);
-        let selector: Arc<dyn KeySelector<T, Key = K>> = selector;
+        let selector: Arc<dyn KeySelector<T, Key = S::Key>> = selector;
         KeyedStream::new(
             self.with_partitioner(PartitionerSpec::Hash(shared)),
             selector,
         )
+    }
+
+    /// Partitions by a key borrowed from each record (a Rust-only variant of
+    /// [`key_by`](Self::key_by)): routing a record and finding its state then read the key
+    /// in place, where `key_by(|r| r.name.clone())` copies it for each — worth it for keys
+    /// that own memory, as strings do.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+    /// let totals = env
+    ///     .from_collection(vec![("a".to_string(), 1), ("b".to_string(), 2), ("a".to_string(), 3)])
+    ///     .key_by_ref(|(name, _): &(String, i64)| name)
+    ///     .sum(|(_, n): &(String, i64)| *n)
+    ///     .collect();
+    /// env.execute("sums")?;
+    /// let mut totals = totals.take();
+    /// totals.sort();
+    /// assert_eq!(totals, vec![("a".to_string(), 1), ("a".to_string(), 4), ("b".to_string(), 2)]);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn key_by_ref<K: Key, F>(&self, key_selector: F) -> KeyedStream<T, K>
+    where
+        F: for<'a> Fn(&'a T) -> &'a K + Send + Sync + 'static,
+    {
+        self.keyed_by(RefKeySelector::new(key_selector))
     }
 
     /// The records that this stream's operator sends to side output `tag` (Flink's

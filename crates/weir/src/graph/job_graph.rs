@@ -60,16 +60,22 @@ pub struct JobGraph {
     pub vertex_of_node: Vec<JobVertexId>,
 }
 
-/// Whether `edge` may be chained, exactly as Flink decides it: the downstream has a single
-/// input, the edge is forward, parallelism is equal, the downstream chains to its
-/// predecessor (strategy `Always`), the upstream allows successors (not `Never`), and chaining
-/// is enabled for the job.
+/// Whether `edge` may be chained, as Flink decides it — the downstream has a single input,
+/// the edge is forward, parallelism is equal, the downstream chains to its predecessor
+/// (strategy `Always`), the upstream allows successors (not `Never`), and chaining is enabled
+/// for the job — with one addition: an edge between two operators of parallelism 1 chains
+/// whatever its partitioner, since a hash, rebalance or broadcast exchange between single
+/// subtasks sends every record to the one subtask there is, as a forward edge does. Handing
+/// records to another thread costs more than the work on them in a keyed aggregation (the
+/// instructions are the same; the records change cores), so a parallelism-1 keyed job runs
+/// as one task.
 pub fn is_chainable(graph: &StreamGraph, edge: &StreamEdge) -> bool {
     let upstream = graph.node(edge.source);
     let downstream = graph.node(edge.target);
+    let single_subtasks = upstream.parallelism == 1 && downstream.parallelism == 1;
     graph.chaining_enabled
         && graph.in_edges(edge.target).count() == 1
-        && edge.partitioner == PartitionerKind::Forward
+        && (edge.partitioner == PartitionerKind::Forward || single_subtasks)
         && upstream.parallelism == downstream.parallelism
         && downstream.chaining == ChainingStrategy::Always
         && upstream.chaining != ChainingStrategy::Never
@@ -201,6 +207,23 @@ mod tests {
             let jg = JobGraph::from_stream_graph(&g.0);
             assert_eq!(jg.edges.len(), 1);
             assert_eq!(jg.edges[0].partitioner, partitioner);
+        }
+    }
+
+    #[test]
+    fn any_exchange_between_single_subtasks_chains() {
+        for partitioner in [Hash, Rebalance, Broadcast] {
+            let mut g = TestGraph::new();
+            let s = g.node("src", Source, 1);
+            let c = g.node("count", Operator, 1);
+            let k = g.node("sink", Sink, 1);
+            g.edge(s, c, partitioner);
+            g.edge(c, k, Forward);
+            assert_eq!(chains(&g.0), vec![vec![0, 1, 2]], "{partitioner}");
+            assert!(JobGraph::from_stream_graph(&g.0).edges.is_empty());
+            // Not when chaining is off for the job.
+            g.0.chaining_enabled = false;
+            assert_eq!(chains(&g.0).len(), 3, "{partitioner}");
         }
     }
 

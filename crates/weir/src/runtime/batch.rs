@@ -6,14 +6,21 @@ use serde::{Deserialize, Serialize};
 /// How a record without a timestamp is marked in a batch's timestamp column.
 const NO_TIMESTAMP: i64 = i64::MIN;
 
+/// How a record without a known key group is marked in a batch's key-group column.
+const NO_KEY_GROUP: u16 = u16::MAX;
+
 /// Records in order, and — only once one of them has an event timestamp — a column of
 /// timestamps beside them, so that a job without event time carries nothing extra. A
-/// timestamp of exactly `i64::MIN` reads as "no timestamp".
+/// timestamp of exactly `i64::MIN` reads as "no timestamp". A batch a hash partitioner sent
+/// has a column of key groups too: each record's key group, computed once where it was
+/// routed, so that the keyed operator receiving it need not serialize and hash its key again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordBatch<T> {
     records: Vec<T>,
     /// Empty, or one entry per record.
     timestamps: Vec<i64>,
+    /// Empty, or one entry per record (`NO_KEY_GROUP` where unknown).
+    key_groups: Vec<u16>,
 }
 
 impl<T> Default for RecordBatch<T> {
@@ -21,6 +28,7 @@ impl<T> Default for RecordBatch<T> {
         Self {
             records: Vec::new(),
             timestamps: Vec::new(),
+            key_groups: Vec::new(),
         }
     }
 }
@@ -30,6 +38,7 @@ impl<T> From<Vec<T>> for RecordBatch<T> {
         Self {
             records,
             timestamps: Vec::new(),
+            key_groups: Vec::new(),
         }
     }
 }
@@ -40,21 +49,65 @@ impl<T> RecordBatch<T> {
         Self {
             records: Vec::with_capacity(capacity),
             timestamps: Vec::new(),
+            key_groups: Vec::new(),
         }
     }
 
-    /// Checks what decoding alone cannot: a timestamp column is empty or as long as the
-    /// records (a batch from the network may be malformed).
-    pub fn check_shape(&self) -> Result<(), String> {
-        if self.timestamps.is_empty() || self.timestamps.len() == self.records.len() {
-            Ok(())
-        } else {
-            Err(format!(
-                "a batch of {} records has {} timestamps",
-                self.records.len(),
-                self.timestamps.len()
-            ))
+    /// An empty batch with room for `capacity` records and their key groups.
+    pub fn keyed_with_capacity(capacity: usize) -> Self {
+        Self {
+            records: Vec::with_capacity(capacity),
+            timestamps: Vec::new(),
+            key_groups: Vec::with_capacity(capacity),
         }
+    }
+
+    /// Checks what decoding alone cannot: a timestamp or key-group column is empty or as
+    /// long as the records (a batch from the network may be malformed).
+    pub fn check_shape(&self) -> Result<(), String> {
+        let n = self.records.len();
+        if !self.timestamps.is_empty() && self.timestamps.len() != n {
+            return Err(format!(
+                "a batch of {n} records has {} timestamps",
+                self.timestamps.len()
+            ));
+        }
+        if !self.key_groups.is_empty() && self.key_groups.len() != n {
+            return Err(format!(
+                "a batch of {n} records has {} key groups",
+                self.key_groups.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Appends a record in key group `key_group` with its timestamp, if any (a hash
+    /// partitioner's batch).
+    #[inline]
+    pub fn push_keyed(&mut self, record: T, timestamp: Option<i64>, key_group: u32) {
+        if self.key_groups.len() < self.records.len() {
+            self.key_groups.resize(self.records.len(), NO_KEY_GROUP);
+        }
+        self.key_groups
+            .push(u16::try_from(key_group).unwrap_or(NO_KEY_GROUP));
+        self.push(record, timestamp);
+    }
+
+    /// Whether the batch carries its records' key groups.
+    #[inline]
+    pub fn has_key_groups(&self) -> bool {
+        !self.key_groups.is_empty()
+    }
+
+    /// Takes the records out in order with their timestamps and key groups (`None` where
+    /// unknown); the batch is left empty with its allocations.
+    pub fn drain_keyed(&mut self) -> impl Iterator<Item = (T, Option<i64>, Option<u32>)> + '_ {
+        let groups = std::mem::take(&mut self.key_groups);
+        let mut groups = groups.into_iter();
+        self.drain().map(move |(record, timestamp)| {
+            let group = groups.next().filter(|g| *g != NO_KEY_GROUP).map(u32::from);
+            (record, timestamp, group)
+        })
     }
 
     /// Number of records.
@@ -95,6 +148,11 @@ impl<T> RecordBatch<T> {
         if self.timestamps.len() < self.records.len() {
             self.timestamps.resize(self.records.len(), NO_TIMESTAMP);
         }
+        if self.key_groups.len() > self.records.len() {
+            // A keyed push put the record's key group first.
+        } else if !self.key_groups.is_empty() {
+            self.key_groups.push(NO_KEY_GROUP);
+        }
         self.timestamps.push(timestamp);
         self.records.push(record);
     }
@@ -104,6 +162,11 @@ impl<T> RecordBatch<T> {
     pub fn push_without_timestamp(&mut self, record: T) {
         if !self.timestamps.is_empty() {
             self.timestamps.push(NO_TIMESTAMP);
+        }
+        if self.key_groups.len() > self.records.len() {
+            // A keyed push put the record's key group first.
+        } else if !self.key_groups.is_empty() {
+            self.key_groups.push(NO_KEY_GROUP);
         }
         self.records.push(record);
     }
@@ -119,6 +182,7 @@ impl<T> RecordBatch<T> {
     #[inline]
     pub fn drain_records(&mut self) -> std::vec::Drain<'_, T> {
         self.timestamps.clear();
+        self.key_groups.clear();
         self.records.drain(..)
     }
 
@@ -126,12 +190,14 @@ impl<T> RecordBatch<T> {
     pub fn clear(&mut self) {
         self.records.clear();
         self.timestamps.clear();
+        self.key_groups.clear();
     }
 
     /// Takes the records out in order with their timestamps; the batch is left empty with
     /// its allocations (also when the iterator is dropped early).
     #[inline]
     pub fn drain(&mut self) -> Drain<'_, T> {
+        self.key_groups.clear();
         Drain {
             records: self.records.drain(..),
             timestamps: &mut self.timestamps,
@@ -211,6 +277,33 @@ mod tests {
         );
         batch.push(5, None);
         assert_eq!(drained(&mut batch), [(5, None)]);
+    }
+
+    #[test]
+    fn key_groups_travel_with_their_records() {
+        let mut batch = RecordBatch::keyed_with_capacity(4);
+        batch.push_keyed("a", None, 7);
+        batch.push_keyed("b", Some(20), 70_000);
+        batch.push("c", None);
+        batch.push_keyed("d", None, 0);
+        assert!(batch.has_key_groups());
+        assert!(batch.check_shape().is_ok());
+        let drained: Vec<_> = batch.drain_keyed().collect();
+        assert_eq!(
+            drained,
+            [
+                ("a", None, Some(7)),
+                ("b", Some(20), None),
+                ("c", None, None),
+                ("d", None, Some(0))
+            ],
+            "a group that does not fit, and a record pushed without one, read as unknown"
+        );
+        assert!(batch.is_empty() && !batch.has_key_groups());
+        let mut plain = RecordBatch::default();
+        plain.push(1, None);
+        plain.key_groups = vec![1, 2];
+        assert!(plain.check_shape().unwrap_err().contains("key groups"));
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct RecordWriter<T> {
     metrics: Option<Arc<TaskMetrics>>,
     /// Per channel, its queue length as last added to the task's output-queue gauge.
     queued: Vec<i64>,
+    /// Whether batches carry their records' key groups (a hash partitioner's).
+    keyed: bool,
 }
 
 impl<T: Record> RecordWriter<T> {
@@ -59,11 +61,13 @@ impl<T: Record> RecordWriter<T> {
         batch_size: usize,
         cancel: CancelToken,
     ) -> Self {
+        let keyed = matches!(selector, ChannelSelector::Hash { .. });
         let buffers = channels
             .iter()
-            .map(|_| RecordBatch::with_capacity(batch_size))
+            .map(|_| Self::empty_batch(keyed, batch_size))
             .collect();
         Self {
+            keyed,
             queued: vec![0; channels.len()],
             channels,
             buffers,
@@ -80,10 +84,34 @@ impl<T: Record> RecordWriter<T> {
         self
     }
 
+    fn empty_batch(keyed: bool, batch_size: usize) -> RecordBatch<T> {
+        if keyed {
+            RecordBatch::keyed_with_capacity(batch_size)
+        } else {
+            RecordBatch::with_capacity(batch_size)
+        }
+    }
+
     #[inline]
     fn push(&mut self, channel: usize, record: T, timestamp: Option<i64>) -> Result<(), TaskError> {
         let buffer = &mut self.buffers[channel];
         buffer.push(record, timestamp);
+        if buffer.len() >= self.batch_size {
+            self.send_batch(channel)?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push_keyed(
+        &mut self,
+        channel: usize,
+        record: T,
+        timestamp: Option<i64>,
+        key_group: u32,
+    ) -> Result<(), TaskError> {
+        let buffer = &mut self.buffers[channel];
+        buffer.push_keyed(record, timestamp, key_group);
         if buffer.len() >= self.batch_size {
             self.send_batch(channel)?;
         }
@@ -96,7 +124,7 @@ impl<T: Record> RecordWriter<T> {
     fn send_batch(&mut self, channel: usize) -> Result<(), TaskError> {
         let batch = std::mem::replace(
             &mut self.buffers[channel],
-            RecordBatch::with_capacity(self.batch_size),
+            Self::empty_batch(self.keyed, self.batch_size),
         );
         self.channels[channel].send(StreamElement::Records(batch), &self.cancel)?;
         if let Some(metrics) = &self.metrics {
@@ -135,7 +163,7 @@ impl<T: Record> RecordWriter<T> {
                 let group = key_group_of.key_group(&record, assigner)?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group);
-                self.push(channel as usize, record, timestamp)
+                self.push_keyed(channel as usize, record, timestamp, group)
             }
         }
     }

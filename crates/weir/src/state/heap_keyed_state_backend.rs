@@ -82,6 +82,12 @@ impl<K: Key> HeapKeyedStateBackend<K> {
     #[inline]
     pub fn resolve_key(&mut self, key: &K) -> Result<KeyGroupSlot, StateError> {
         let group = self.assigner.key_group(key)?;
+        self.slot_of_group(group)
+    }
+
+    /// The slot of key group `group`, checked to be owned.
+    #[inline]
+    pub fn slot_of_group(&self, group: u32) -> Result<KeyGroupSlot, StateError> {
         if !self.range.contains(group) {
             return Err(StateError::KeyGroupOutOfRange {
                 key_group: group,

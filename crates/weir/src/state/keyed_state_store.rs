@@ -63,6 +63,29 @@ impl<K: Key> KeyedStateStore<K> {
         }
     }
 
+    /// The slot of `key`, whose key group the record's sender computed already (a hash
+    /// partitioner's batch): only checked to be owned, not computed again.
+    #[inline]
+    pub fn resolve_key_in_group(
+        &mut self,
+        key: &K,
+        key_group: u32,
+    ) -> Result<KeyGroupSlot, StateError> {
+        match self {
+            Self::Heap(h) => h.slot_of_group(key_group),
+            Self::Serialized(s) => s.resolve_key_in_group(key, key_group),
+        }
+    }
+
+    /// The slot of `key`, in `key_group` if its sender computed it, else hashed here.
+    #[inline]
+    pub fn resolve(&mut self, key: &K, key_group: Option<u32>) -> Result<KeyGroupSlot, StateError> {
+        match key_group {
+            Some(group) => self.resolve_key_in_group(key, group),
+            None => self.resolve_key(key),
+        }
+    }
+
     /// Registers (or looks up) a value or list state whose per-key value is `S`.
     pub fn register<S: StateValue>(
         &mut self,

@@ -114,6 +114,28 @@ impl<K: Key> SerializedKeyedState<K> {
         })
     }
 
+    /// Like [`resolve_key`](Self::resolve_key) for a key whose group its sender computed:
+    /// the key is encoded (its bytes are the rows' keys) but not hashed again.
+    #[inline]
+    pub fn resolve_key_in_group(
+        &mut self,
+        key: &K,
+        key_group: u32,
+    ) -> Result<KeyGroupSlot, StateError> {
+        if !self.range.contains(key_group) {
+            return Err(StateError::KeyGroupOutOfRange {
+                key_group,
+                range: self.range.to_string(),
+            });
+        }
+        self.current = None;
+        self.scope(key)?;
+        Ok(KeyGroupSlot {
+            key_group,
+            index: (key_group - self.range.start) as usize,
+        })
+    }
+
     /// Makes `key_bytes` hold `key`'s encoding.
     #[inline]
     fn scope(&mut self, key: &K) -> Result<(), StateError> {

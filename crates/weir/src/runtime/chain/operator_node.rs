@@ -100,11 +100,20 @@ macro_rules! operator_and_output {
     };
 }
 
-/// Feeds a batch to `$process`, record by record, with each record's timestamp.
+/// Feeds a batch to `$process`, record by record, with each record's timestamp — and, for
+/// a batch that carries its records' key groups, to `$keyed` with each one's key group.
 macro_rules! feed {
-    ($self:ident, $rest:ident, $batch:ident, $process:ident) => {{
+    ($self:ident, $rest:ident, $batch:ident, $process:ident, $keyed:ident) => {{
         let (operator, mut out) = operator_and_output!($self, $rest);
-        if $batch.has_timestamps() {
+        if $batch.has_key_groups() {
+            for (record, timestamp, key_group) in $batch.drain_keyed() {
+                out.set_timestamp(timestamp);
+                match key_group {
+                    Some(group) => operator.$keyed(record, group, &mut out)?,
+                    None => operator.$process(record, &mut out)?,
+                }
+            }
+        } else if $batch.has_timestamps() {
             for (record, timestamp) in $batch.drain() {
                 out.set_timestamp(timestamp);
                 operator.$process(record, &mut out)?;
@@ -260,7 +269,13 @@ where
         rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
         let batch = self.core.input::<I>(batch)?;
-        feed!(self, rest, batch, process_element)
+        feed!(
+            self,
+            rest,
+            batch,
+            process_element,
+            process_element_in_key_group
+        )
     }
 }
 
@@ -301,7 +316,13 @@ where
         rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
         let batch = self.core.input::<I1>(batch)?;
-        feed!(self, rest, batch, process_element1)
+        feed!(
+            self,
+            rest,
+            batch,
+            process_element1,
+            process_element1_in_key_group
+        )
     }
 
     fn process_records_second(
@@ -310,6 +331,12 @@ where
         rest: &mut ChainTail,
     ) -> Result<(), TaskError> {
         let batch = self.core.input::<I2>(batch)?;
-        feed!(self, rest, batch, process_element2)
+        feed!(
+            self,
+            rest,
+            batch,
+            process_element2,
+            process_element2_in_key_group
+        )
     }
 }

@@ -159,7 +159,7 @@ where
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
         self.keyed
-            .process_keyed(&self.first_key, record, out, |record, ctx, out| {
+            .process_keyed(&self.first_key, record, None, out, |record, ctx, out| {
                 function.process_element1(record, ctx, out)
             })
     }
@@ -171,7 +171,35 @@ where
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
         self.keyed
-            .process_keyed(&self.second_key, record, out, |record, ctx, out| {
+            .process_keyed(&self.second_key, record, None, out, |record, ctx, out| {
+                function.process_element2(record, ctx, out)
+            })
+    }
+
+    fn process_element1_in_key_group(
+        &mut self,
+        record: I1,
+        key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        let group = Some(key_group);
+        self.keyed
+            .process_keyed(&self.first_key, record, group, out, |record, ctx, out| {
+                function.process_element1(record, ctx, out)
+            })
+    }
+
+    fn process_element2_in_key_group(
+        &mut self,
+        record: I2,
+        key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        let group = Some(key_group);
+        self.keyed
+            .process_keyed(&self.second_key, record, group, out, |record, ctx, out| {
                 function.process_element2(record, ctx, out)
             })
     }

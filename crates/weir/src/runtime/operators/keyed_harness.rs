@@ -78,6 +78,7 @@ impl<K: Key> KeyedHarness<K> {
     pub(crate) fn call_keyed<O: Record>(
         &mut self,
         key: &K,
+        key_group: Option<u32>,
         timestamp: Option<i64>,
         time_domain: Option<TimeDomain>,
         out: &mut ChainOutput<'_, O>,
@@ -85,7 +86,7 @@ impl<K: Key> KeyedHarness<K> {
     ) -> Result<(), TaskError> {
         let slot = self
             .backend
-            .resolve_key(key)
+            .resolve(key, key_group)
             .map_err(|e| self.state_error(e))?;
         let (core, backend, timers) = (&self.core, &mut self.backend, &mut self.timers);
         let mut side = out.take_side_outputs();
@@ -107,17 +108,21 @@ impl<K: Key> KeyedHarness<K> {
     }
 
     /// Processes `record`: its key from `selector`, then `f` scoped to that key with the
-    /// record's timestamp.
+    /// record's timestamp; `key_group` is the record's if its sender computed it.
     pub(crate) fn process_keyed<I: 'static, O: Record>(
         &mut self,
         selector: &Arc<dyn KeySelector<I, Key = K>>,
         record: I,
+        key_group: Option<u32>,
         out: &mut ChainOutput<'_, O>,
         f: impl FnOnce(I, &mut KeyedContext<'_, K>, &mut Collector<'_, O>) -> Result<(), BoxError>,
     ) -> Result<(), TaskError> {
-        let key = call_user(&self.core.name, || selector.key(&record))?;
+        // Owned: the function takes the record, and the context lends it the key meanwhile.
+        let key = call_user(&self.core.name, || selector.key_ref(&record).into_owned())?;
         let timestamp = out.timestamp();
-        self.call_keyed(&key, timestamp, None, out, |ctx, out| f(record, ctx, out))
+        self.call_keyed(&key, key_group, timestamp, None, out, |ctx, out| {
+            f(record, ctx, out)
+        })
     }
 
     /// Fires every timer of `domain` due at `time`, in time order, including those that the
@@ -140,9 +145,14 @@ impl<K: Key> KeyedHarness<K> {
             .map_err(|e| self.state_error(e))?
         {
             out.set_timestamp((domain == TimeDomain::EventTime).then_some(timestamp));
-            self.call_keyed(&key, Some(timestamp), Some(domain), out, |ctx, out| {
-                on_timer(timestamp, ctx, out)
-            })?;
+            self.call_keyed(
+                &key,
+                None,
+                Some(timestamp),
+                Some(domain),
+                out,
+                |ctx, out| on_timer(timestamp, ctx, out),
+            )?;
         }
         Ok(())
     }

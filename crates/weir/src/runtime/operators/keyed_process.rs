@@ -54,9 +54,26 @@ impl<K: Key, I: Record, O: Record, P: KeyedProcessFunction<K, I, O>> OneInputStr
     ) -> Result<(), TaskError> {
         let function = &mut self.function;
         self.keyed
-            .process_keyed(&self.key_selector, record, out, |record, ctx, out| {
+            .process_keyed(&self.key_selector, record, None, out, |record, ctx, out| {
                 function.process_element(record, ctx, out)
             })
+    }
+
+    fn process_element_in_key_group(
+        &mut self,
+        record: I,
+        key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        let function = &mut self.function;
+        let group = Some(key_group);
+        self.keyed.process_keyed(
+            &self.key_selector,
+            record,
+            group,
+            out,
+            |record, ctx, out| function.process_element(record, ctx, out),
+        )
     }
 
     keyed_function_timer_hooks!(O);

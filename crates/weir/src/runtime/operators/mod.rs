@@ -172,6 +172,18 @@ pub trait OneInputStreamOperator<I, O>: StreamOperator {
     /// Processes one record.
     fn process_element(&mut self, record: I, out: &mut ChainOutput<'_, O>)
         -> Result<(), TaskError>;
+    /// Processes one record whose key group its sender computed (it came through a hash
+    /// partitioner, which carries each record's key group in the batch): a keyed operator
+    /// finds its state without serializing and hashing its key again. Others ignore it.
+    #[inline]
+    fn process_element_in_key_group(
+        &mut self,
+        record: I,
+        _key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.process_element(record, out)
+    }
     /// Processes a watermark: by default passes it on.
     fn process_watermark(
         &mut self,
@@ -232,6 +244,27 @@ pub trait TwoInputStreamOperator<I1, I2, O>: StreamOperator {
         record: I2,
         out: &mut ChainOutput<'_, O>,
     ) -> Result<(), TaskError>;
+    /// Processes one record of the first input whose key group its sender computed (see
+    /// [`OneInputStreamOperator::process_element_in_key_group`]).
+    #[inline]
+    fn process_element1_in_key_group(
+        &mut self,
+        record: I1,
+        _key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.process_element1(record, out)
+    }
+    /// Processes one record of the second input whose key group its sender computed.
+    #[inline]
+    fn process_element2_in_key_group(
+        &mut self,
+        record: I2,
+        _key_group: u32,
+        out: &mut ChainOutput<'_, O>,
+    ) -> Result<(), TaskError> {
+        self.process_element2(record, out)
+    }
     /// Processes a watermark: by default passes it on.
     fn process_watermark(
         &mut self,

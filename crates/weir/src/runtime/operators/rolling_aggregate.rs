@@ -23,12 +23,16 @@ use crate::state::keyed_state_store::KeyedStateStore;
 pub(crate) trait RollingAggregator<K, I>: Clone + Send + 'static {
     /// The per-key accumulator.
     type State: crate::state::keyed_state_table::StateValue;
+    /// What an update yields.
+    type Result;
     /// What is emitted after each update.
     type Output;
     /// The first record of a key: the initial state and the first result.
-    fn init(&mut self, key: &K, record: I) -> (Self::State, Self::Output);
+    fn init(&mut self, record: I) -> (Self::State, Self::Result);
     /// A later record: updates the state in place and returns the new result.
-    fn update(&mut self, key: &K, state: &mut Self::State, record: I) -> Self::Output;
+    fn update(&mut self, state: &mut Self::State, record: I) -> Self::Result;
+    /// The record emitted for `key`'s result (the key is moved in, never copied).
+    fn emit(key: K, result: Self::Result) -> Self::Output;
 }
 
 /// Name of the value state that holds the accumulator, so a restored job finds it.
@@ -91,26 +95,54 @@ where
         record: I,
         out: &mut ChainOutput<'_, A::Output>,
     ) -> Result<(), TaskError> {
+        self.process(record, None, out)
+    }
+
+    #[inline]
+    fn process_element_in_key_group(
+        &mut self,
+        record: I,
+        key_group: u32,
+        out: &mut ChainOutput<'_, A::Output>,
+    ) -> Result<(), TaskError> {
+        self.process(record, Some(key_group), out)
+    }
+}
+
+impl<K: Key, I: Record, A> RollingAggregateOperator<K, I, A>
+where
+    A: RollingAggregator<K, I>,
+    A::Output: Record,
+{
+    /// Folds `record` into its key's accumulator and emits the result; `key_group` is the
+    /// record's if its sender computed it.
+    #[inline]
+    fn process(
+        &mut self,
+        record: I,
+        key_group: Option<u32>,
+        out: &mut ChainOutput<'_, A::Output>,
+    ) -> Result<(), TaskError> {
         let name = &self.core.name;
         let selector = &self.key_selector;
-        let key = call_user(name, || selector.key(&record))?;
+        // Owned, once: the aggregator takes the record, and the output takes the key.
+        let key = call_user(name, || selector.key_ref(&record).into_owned())?;
         let state_error = |e: crate::error::StateError| in_operator(name, e.into());
-        let slot = self.backend.resolve_key(&key).map_err(state_error)?;
+        let slot = self.backend.resolve(&key, key_group).map_err(state_error)?;
         let aggregator = &mut self.aggregator;
         let result = self
             .backend
             .upsert::<A::State, _, _>(self.state, &key, slot, |acc| match acc {
-                Some(acc) => Ok::<_, TaskError>((
-                    None,
-                    call_user(name, || aggregator.update(&key, acc, record))?,
-                )),
+                Some(acc) => {
+                    Ok::<_, TaskError>((None, call_user(name, || aggregator.update(acc, record))?))
+                }
                 None => {
-                    let (acc, result) = call_user(name, || aggregator.init(&key, record))?;
+                    let (acc, result) = call_user(name, || aggregator.init(record))?;
                     Ok((Some(acc), result))
                 }
             })
             .map_err(state_error)??;
-        out.collect(result)
+        out.collect(A::emit(key, result))
     }
 }
 
@@ -120,13 +152,17 @@ pub(crate) struct CountAggregator;
 
 impl<K: Key, I> RollingAggregator<K, I> for CountAggregator {
     type State = u64;
+    type Result = u64;
     type Output = (K, u64);
-    fn init(&mut self, key: &K, _record: I) -> (u64, (K, u64)) {
-        (1, (key.clone(), 1))
+    fn init(&mut self, _record: I) -> (u64, u64) {
+        (1, 1)
     }
-    fn update(&mut self, key: &K, state: &mut u64, _record: I) -> (K, u64) {
+    fn update(&mut self, state: &mut u64, _record: I) -> u64 {
         *state += 1;
-        (key.clone(), *state)
+        *state
+    }
+    fn emit(key: K, count: u64) -> (K, u64) {
+        (key, count)
     }
 }
 
@@ -150,14 +186,18 @@ where
     F: FnMut(&I) -> V + Clone + Send + 'static,
 {
     type State = V;
+    type Result = V;
     type Output = (K, V);
-    fn init(&mut self, key: &K, record: I) -> (V, (K, V)) {
+    fn init(&mut self, record: I) -> (V, V) {
         let v = (self.field)(&record);
-        (v.clone(), (key.clone(), v))
+        (v.clone(), v)
     }
-    fn update(&mut self, key: &K, state: &mut V, record: I) -> (K, V) {
+    fn update(&mut self, state: &mut V, record: I) -> V {
         *state += (self.field)(&record);
-        (key.clone(), state.clone())
+        state.clone()
+    }
+    fn emit(key: K, sum: V) -> (K, V) {
+        (key, sum)
     }
 }
 
@@ -181,13 +221,17 @@ where
     F: FnMut(T, T) -> T + Clone + Send + 'static,
 {
     type State = T;
+    type Result = T;
     type Output = T;
-    fn init(&mut self, _key: &K, record: T) -> (T, T) {
+    fn init(&mut self, record: T) -> (T, T) {
         (record.clone(), record)
     }
-    fn update(&mut self, _key: &K, state: &mut T, record: T) -> T {
+    fn update(&mut self, state: &mut T, record: T) -> T {
         let reduced = (self.f)(state.clone(), record);
         *state = reduced.clone();
+        reduced
+    }
+    fn emit(_key: K, reduced: T) -> T {
         reduced
     }
 }
@@ -223,15 +267,19 @@ where
     A: AggregateFunction<I, ACC, OUT>,
 {
     type State = ACC;
+    type Result = OUT;
     type Output = (K, OUT);
-    fn init(&mut self, key: &K, record: I) -> (ACC, (K, OUT)) {
+    fn init(&mut self, record: I) -> (ACC, OUT) {
         let mut acc = self.function.create_accumulator();
         self.function.add(record, &mut acc);
         let result = self.function.get_result(&acc);
-        (acc, (key.clone(), result))
+        (acc, result)
     }
-    fn update(&mut self, key: &K, state: &mut ACC, record: I) -> (K, OUT) {
+    fn update(&mut self, state: &mut ACC, record: I) -> OUT {
         self.function.add(record, state);
-        (key.clone(), self.function.get_result(state))
+        self.function.get_result(state)
+    }
+    fn emit(key: K, result: OUT) -> (K, OUT) {
+        (key, result)
     }
 }

@@ -359,48 +359,13 @@ where
             })
             .sum()
     }
-}
 
-fn current_processing_time() -> i64 {
-    i64::try_from(now_millis()).unwrap_or(i64::MAX)
-}
-
-impl<K, T, A, Tr, C> StreamOperator for WindowOperator<K, T, A, Tr, C>
-where
-    K: Key,
-    T: Record,
-    A: WindowAssigner,
-    Tr: Trigger<A::Window>,
-    C: WindowContents<K, T, A::Window>,
-{
-    fn snapshot_state(
-        &mut self,
-        barrier: CheckpointBarrier,
-        into: &mut Vec<OperatorSnapshot>,
-    ) -> Result<(), TaskError> {
-        snapshot_keyed(&self.core, &mut self.backend, barrier, into)
-    }
-
-    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
-        notify_keyed(&self.core, &mut self.backend, notification)
-    }
-
-    fn add_metrics(&self, metrics: &mut OperatorMetrics) {
-        metrics.late_records_dropped = self.late_records_dropped;
-    }
-}
-
-impl<K, T, A, Tr, C> OneInputStreamOperator<T, C::Out> for WindowOperator<K, T, A, Tr, C>
-where
-    K: Key,
-    T: Record,
-    A: WindowAssigner,
-    Tr: Trigger<A::Window>,
-    C: WindowContents<K, T, A::Window>,
-{
-    fn process_element(
+    /// Assigns `record` to its windows, folds it in and fires what its triggers say;
+    /// `key_group` is the record's if its sender computed it.
+    fn process(
         &mut self,
         record: T,
+        key_group: Option<u32>,
         out: &mut ChainOutput<'_, C::Out>,
     ) -> Result<(), TaskError> {
         let timestamp = match self.assigner.time() {
@@ -416,10 +381,10 @@ where
             WindowTime::None => out.timestamp().unwrap_or(i64::MIN),
         };
         let selector = &self.key_selector;
-        let key = call_user(&self.core.name, || selector.key(&record))?;
+        let key = call_user(&self.core.name, || selector.key_ref(&record).into_owned())?;
         let slot = self
             .backend
-            .resolve_key(&key)
+            .resolve(&key, key_group)
             .map_err(|e| in_operator(&self.core.name, e.into()))?;
         let windows = self.assigner.assign_windows(timestamp);
         let mut entries = self.takes_entries(&key, slot)?;
@@ -482,6 +447,61 @@ where
         }
         self.register_timers(&key, slot, ctx, &cleanups)?;
         self.put_entries(&key, slot, entries)
+    }
+}
+
+fn current_processing_time() -> i64 {
+    i64::try_from(now_millis()).unwrap_or(i64::MAX)
+}
+
+impl<K, T, A, Tr, C> StreamOperator for WindowOperator<K, T, A, Tr, C>
+where
+    K: Key,
+    T: Record,
+    A: WindowAssigner,
+    Tr: Trigger<A::Window>,
+    C: WindowContents<K, T, A::Window>,
+{
+    fn snapshot_state(
+        &mut self,
+        barrier: CheckpointBarrier,
+        into: &mut Vec<OperatorSnapshot>,
+    ) -> Result<(), TaskError> {
+        snapshot_keyed(&self.core, &mut self.backend, barrier, into)
+    }
+
+    fn notify_checkpoint(&mut self, notification: CheckpointNotification) -> Result<(), TaskError> {
+        notify_keyed(&self.core, &mut self.backend, notification)
+    }
+
+    fn add_metrics(&self, metrics: &mut OperatorMetrics) {
+        metrics.late_records_dropped = self.late_records_dropped;
+    }
+}
+
+impl<K, T, A, Tr, C> OneInputStreamOperator<T, C::Out> for WindowOperator<K, T, A, Tr, C>
+where
+    K: Key,
+    T: Record,
+    A: WindowAssigner,
+    Tr: Trigger<A::Window>,
+    C: WindowContents<K, T, A::Window>,
+{
+    fn process_element(
+        &mut self,
+        record: T,
+        out: &mut ChainOutput<'_, C::Out>,
+    ) -> Result<(), TaskError> {
+        self.process(record, None, out)
+    }
+
+    fn process_element_in_key_group(
+        &mut self,
+        record: T,
+        key_group: u32,
+        out: &mut ChainOutput<'_, C::Out>,
+    ) -> Result<(), TaskError> {
+        self.process(record, Some(key_group), out)
     }
 
     fn process_watermark(
