@@ -245,12 +245,12 @@ impl<K: Key> HeapKeyedStateBackend<K> {
     }
 
     /// The synchronous part of a snapshot: freezes every state (pointer copies only).
-    pub fn snapshot(&self) -> KeyedStateSnapshot {
+    pub fn snapshot(&mut self) -> KeyedStateSnapshot {
         KeyedStateSnapshot {
             range: self.range,
             states: self
                 .states
-                .iter()
+                .iter_mut()
                 .map(|s| (s.name.clone(), s.table.snapshot()))
                 .collect(),
             pending: self.pending_restore.clone(),

@@ -37,16 +37,13 @@ impl KeyedStateSnapshot {
     /// Serializes the snapshot: the file's bytes and where each key group sits in them.
     pub fn write(&self) -> Result<(Vec<u8>, Vec<KeyGroupEntry>), StateError> {
         let mut file = KeyGroupFileBuilder::new();
-        let mut scratch = Vec::new();
         for (index, key_group) in self.range.iter().enumerate() {
             let mut states: Vec<(&str, Vec<u8>)> = Vec::new();
             for (name, table) in &self.states {
-                if table.is_group_empty(index) {
-                    continue;
+                let mut entries = Vec::new();
+                if table.write_group(index, &mut entries)? {
+                    states.push((name, entries));
                 }
-                scratch.clear();
-                table.write_group(index, &mut scratch)?;
-                states.push((name, scratch.clone()));
             }
             for (name, groups) in &self.pending {
                 if let Some(bytes) = groups.get(&key_group) {

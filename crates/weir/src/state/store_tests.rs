@@ -18,6 +18,11 @@ fn memory() -> StoreKind {
 
 crate::keyed_state_backend_conformance!(memory());
 
+/// The heap against itself: its snapshots hold the barrier's state while the task writes on.
+mod heap {
+    crate::keyed_state_backend_conformance!(crate::state::conformance::StoreKind::Heap);
+}
+
 /// Registers the in-memory byte backend as `state.backend.type: memory-test`.
 struct MemoryFactory;
 

@@ -403,7 +403,7 @@ mod tests {
         for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
             register(&mut timers, &mut backend, key, 100 + i as i64);
         }
-        let KeyedStateStore::Heap(heap) = &backend else {
+        let KeyedStateStore::Heap(heap) = &mut backend else {
             unreachable!("a heap store")
         };
         let (bytes, entries) = heap.snapshot().write().unwrap();
