@@ -381,3 +381,27 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
     }
 }
+
+#[test]
+fn a_local_job_serves_no_rest_api_unless_rest_port_is_set() {
+    let work = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let output = Command::new(counting_job())
+            .args(["--work-dir", work.path().to_str().unwrap()])
+            .args(["--records", "2000", "--rate", "20000"])
+            .args(extra)
+            .env("RUST_LOG", "weir=info")
+            .output()
+            .unwrap();
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "{out}\n{err}");
+        err
+    };
+    let err = run(&[]);
+    assert!(!err.contains("Weir dashboard and REST API"), "{err}");
+    let err = run(&["-D", "rest.port=0"]);
+    assert!(
+        err.contains("Weir dashboard and REST API: http://127.0.0.1:"),
+        "{err}"
+    );
+}

@@ -255,3 +255,109 @@ fn a_mutual_tls_cluster_serves_its_rest_api_and_refuses_a_foreign_taskmanager() 
     assert!(status.success(), "{out}\n{}", cluster.all_logs());
     assert!(out.contains("Stopped"), "{out}");
 }
+
+#[test]
+fn weir_run_as_jobmanager_runs_the_job_on_taskmanagers_that_join_it() {
+    let work = tempfile::tempdir().unwrap();
+    let job_dir = work.path().join("job");
+    let logs = work.path().join("logs");
+    let job_args = [
+        "--work-dir",
+        job_dir.to_str().unwrap(),
+        "--records",
+        "20000",
+        "--rate",
+        "10000",
+    ];
+    // The cluster's TaskManagers; its JobManager is the process `weir run` starts.
+    let mut cluster = LocalCluster::new(counting_job(), &job_args, &logs);
+    let out = std::fs::File::create(work.path().join("weir.out")).unwrap();
+    let err = std::fs::File::create(work.path().join("weir.err")).unwrap();
+    let mut weir = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", "--jobmanager"])
+        .arg(counting_job())
+        .args(job_args)
+        .args([
+            "--jobmanager-address",
+            &cluster.jobmanager_address,
+            "--heartbeat-interval-ms",
+            "200",
+            "--heartbeat-timeout-ms",
+            "2000",
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let read = |name: &str| std::fs::read_to_string(work.path().join(name)).unwrap_or_default();
+    // Nothing runs before a TaskManager offers slots: `weir run` waits, following the job.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !read("weir.err").contains("Following the job at http://127.0.0.1:") {
+        assert!(
+            Instant::now() < deadline && weir.try_wait().unwrap().is_none(),
+            "weir run never followed the job:\n{}",
+            read("weir.err")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.start_taskmanager("tm-1", 1);
+    cluster.start_taskmanager("tm-2", 1);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = weir.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = weir.kill();
+            panic!(
+                "the job did not end:\n{}\n{}",
+                read("weir.err"),
+                cluster.all_logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (out, err) = (read("weir.out"), read("weir.err"));
+    assert!(status.success(), "{out}\n{err}\n{}", cluster.all_logs());
+    assert!(out.contains("Job `counting` Finished"), "{out}\n{err}");
+    assert!(err.contains("(counting) ended after"), "{err}");
+    // The TaskManagers ran it: both took part, and the counts add up to every record.
+    for tm in ["tm-1-1.err", "tm-2-1.err"] {
+        assert!(
+            cluster.log(tm).contains("registered with the JobManager"),
+            "{tm}: {}",
+            cluster.all_logs()
+        );
+    }
+    let mut total = 0;
+    let mut last = std::collections::BTreeMap::new();
+    for entry in walk(&job_dir.join("output")) {
+        for line in std::fs::read_to_string(&entry).unwrap().lines() {
+            let (key, count) = line.split_once(',').unwrap();
+            let count: u64 = count.parse().unwrap();
+            let seen = last.entry(key.to_string()).or_insert(0);
+            *seen = (*seen).max(count);
+        }
+    }
+    for count in last.values() {
+        total += count;
+    }
+    assert_eq!(last.len(), 10, "{last:?}");
+    assert_eq!(total, 20_000, "{last:?}");
+}
+
+/// Every committed file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else if !entry.file_name().to_string_lossy().starts_with('.') {
+            // Hidden: in-progress and pending parts, not committed output.
+            files.push(path);
+        }
+    }
+    files
+}

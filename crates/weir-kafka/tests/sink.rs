@@ -202,3 +202,84 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
         .expect("final run");
     verify(&options, &expected);
 }
+
+/// The summed value of user metric `name` over the subtasks of the operators named like
+/// `operator`.
+fn user_metric(
+    details: &weir::runtime::job_master::JobDetails,
+    operator: &str,
+    name: &str,
+) -> Option<i64> {
+    let values: Vec<i64> = details
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .flat_map(|s| &s.sample.operators)
+        .filter(|o| o.name.contains(operator))
+        .flat_map(|o| &o.user)
+        .filter(|m| m.name == name)
+        .map(|m| m.value)
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[test]
+fn the_exactly_once_sink_reports_commits_latency_and_pending_transactions() {
+    use weir::prelude::*;
+    use weir_kafka::sink::StringKeyValueSerializer;
+    let output = common::unique("committed");
+    let connection = KafkaConnection::new(common::bootstrap());
+    weir_kafka::admin::ensure_topic(&connection, &output, PARTITIONS).expect("output topic");
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamExecutionEnvironment::new(
+        ExecutionConfig::default()
+            .with_parallelism(2)
+            .with_metrics_update_interval(Duration::from_millis(50))
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_millis(100))
+                    .with_storage(CheckpointStorageConfig::directory(
+                        dir.path().join("checkpoints"),
+                    )),
+            ),
+    )
+    .unwrap();
+    let sink = weir_kafka::KafkaSink::builder(
+        common::bootstrap(),
+        StringKeyValueSerializer::new(output.clone()),
+    )
+    .delivery_guarantee(DeliveryGuarantee::ExactlyOnce)
+    .transactional_id_prefix(output.clone())
+    .build()
+    .unwrap();
+    env.from_source(
+        GeneratorSource::new(4_000, |i| (i.to_string(), i.to_string())).with_rate_limit(4_000.0),
+        WatermarkStrategy::no_watermarks(),
+        "numbers",
+    )
+    .sink_to(sink, "kafka out");
+    let client = env.execute_async("kafka commit metrics").unwrap();
+    // While it runs, transactions wait for their checkpoints and get committed.
+    common::wait_until(
+        || user_metric(&client.details(), "kafka out", "numCommittedTransactions") >= Some(2),
+        Duration::from_secs(60),
+        "commits reported while running",
+    );
+    let result = client.wait().expect("job runs");
+    let details = client.details();
+    let committed = user_metric(&details, "kafka out", "numCommittedTransactions").unwrap();
+    // Each completed checkpoint's transaction of each subtask is committed once (a subtask
+    // that wrote nothing since the last checkpoint pre-commits no transaction).
+    assert!(
+        committed >= 2 && committed <= 2 * result.checkpoints.completed as i64,
+        "{committed} commits for {} checkpoints",
+        result.checkpoints.completed
+    );
+    assert_eq!(
+        user_metric(&details, "kafka out", "pendingTransactions"),
+        Some(0),
+        "nothing left pending at the end"
+    );
+    let latency = user_metric(&details, "kafka out", "commitLatencyMs").unwrap();
+    assert!(latency >= 0, "{latency}");
+}

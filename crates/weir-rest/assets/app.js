@@ -49,6 +49,8 @@ function route() {
       await render();
       statusLine.textContent = "updated " + new Date().toLocaleTimeString();
       statusLine.dataset.updated = String(Date.now());
+      // How many times the page was redrawn from the API (the browser test reads it).
+      statusLine.dataset.refreshes = String(Number(statusLine.dataset.refreshes || 0) + 1);
     } catch (e) {
       statusLine.textContent = "cannot reach the JobManager: " + e.message;
     }

@@ -64,7 +64,14 @@ impl RestConfig {
         }
         let mut config = Self::default();
         if let Some(port) = port {
-            config.port = u16::try_from(port).unwrap_or(config.port);
+            config.port = u16::try_from(port).map_err(|_| ConfigurationError::InvalidValue {
+                key: "rest.port".into(),
+                value: port.to_string(),
+                origin: configuration
+                    .get("rest.port")
+                    .map_or(Origin::Code, |v| v.origin.clone()),
+                expected: "a port from 0 (any free one) to 65535".into(),
+            })?;
         }
         if let Some(address) = configuration.text("rest.bind-address") {
             config.bind_address =
@@ -129,5 +136,51 @@ impl RestConfig {
             key: key.into(),
         });
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configuration(yaml: &str) -> Configuration {
+        Configuration::from_yaml_str(yaml, "weir.yaml").unwrap()
+    }
+
+    #[test]
+    fn the_local_mini_cluster_serves_nothing_unless_a_port_is_set() {
+        let unset = configuration("parallelism.default: 2\n");
+        assert!(RestConfig::from_configuration(&unset, false)
+            .unwrap()
+            .is_none());
+        // A cluster's JobManager serves it always, on Flink's port.
+        let jobmanager = RestConfig::from_configuration(&unset, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(jobmanager.port, 8081);
+        assert_eq!(jobmanager.bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let set = RestConfig::from_configuration(&configuration("rest.port: 9100\n"), false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(set.port, 9100);
+        assert_eq!(set.bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+
+    #[test]
+    fn a_port_out_of_range_or_a_bad_address_is_refused_naming_the_key() {
+        let error = RestConfig::from_configuration(&configuration("rest.port: 70000\n"), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("weir.yaml:1: `rest.port: 70000` is invalid"),
+            "{error}"
+        );
+        let error = RestConfig::from_configuration(
+            &configuration("rest.bind-address: localhost:80\n"),
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("rest.bind-address"), "{error}");
     }
 }

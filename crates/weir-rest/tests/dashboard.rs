@@ -186,6 +186,16 @@ fn the_dashboard_shows_what_the_rest_api_says() {
     assert!(title[0].1.starts_with("clickstream"), "{title:?}");
     assert_eq!(elements(&page, "job-state")[0].1, "RUNNING");
     assert_eq!(elements(&page, "restarts")[0].1, "1");
+    // It keeps redrawing from the API while it is shown (each second; the browser's
+    // virtual time budget lets four go by).
+    let connection = elements(&page, "connection");
+    let refreshes: u32 = attribute(&connection[0], "data-refreshes")
+        .parse()
+        .unwrap_or(0);
+    assert!(
+        refreshes >= 2,
+        "the page redrew {refreshes} times: {connection:?}"
+    );
 
     let vertices = elements(&page, "vertex");
     let api_vertices = after["vertices"].as_array().unwrap();

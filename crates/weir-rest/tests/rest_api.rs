@@ -191,6 +191,26 @@ fn every_route_answers_in_flinks_shape_against_a_running_job() {
     assert!(subtasks
         .iter()
         .all(|s| s["taskmanager-id"] == "local" && s["operators"].as_array().unwrap().len() == 2));
+    // Each chained operator has its own rates: the keyed sums and the sink after them see
+    // the same records.
+    let vertex = api.await_json(
+        &format!("/jobs/{id}/vertices/1"),
+        "per-operator rates",
+        |v| {
+            v["subtasks"].as_array().unwrap().iter().all(|s| {
+                s["operators"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|o| o["read-records-per-second"].as_f64().unwrap_or(0.0) > 0.0)
+            })
+        },
+    );
+    let sums = &vertex["subtasks"][0]["operators"][0];
+    assert!(
+        sums["write-records-per-second"].as_f64().unwrap() > 0.0,
+        "{vertex:#}"
+    );
     let back = api.get(&format!("/jobs/{id}/vertices/0/backpressure"));
     assert_eq!(back["subtasks"].as_array().unwrap().len(), 2);
     let (status, missing) = api.call("GET", &format!("/jobs/{id}/vertices/9"), None);

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use weir::connectors::commit_metrics::CommitMetrics;
 use weir::connectors::sink::SinkWriter;
 use weir::{BoxError, FunctionStateContext, RuntimeContext};
 
@@ -42,6 +43,8 @@ struct Transactional {
     pool: Vec<Option<TrackedProducer>>,
     current: Option<OpenTransaction>,
     pending: Vec<PendingTransaction>,
+    /// `pendingTransactions`, `commitLatencyMs`, `numCommittedTransactions`.
+    metrics: CommitMetrics,
 }
 
 enum Mode {
@@ -72,6 +75,7 @@ impl<T> KafkaSinkWriter<T> {
                 pool: Vec::new(),
                 current: None,
                 pending: Vec::new(),
+                metrics: CommitMetrics::new(&context),
             })),
             guarantee => Mode::Plain {
                 producer: TrackedProducer::create(&settings.connection, None, 0)?,
@@ -111,6 +115,8 @@ impl<T> KafkaSinkWriter<T> {
                 hook(p.checkpoint_id, producer.name());
             }
             let Err(e) = producer.commit_transaction(self.settings.operation_timeout) else {
+                t.metrics.committed(Some(p.checkpoint_id));
+                t.metrics.set_pending(t.pending.len());
                 continue;
             };
             // The broker may have aborted it (timeout) or a zombie fenced it. Re-sending it
@@ -141,6 +147,8 @@ impl<T> KafkaSinkWriter<T> {
             }
             let fresh = fence(&self.settings, &id)?;
             resolve(&self.settings, &mut self.log_reader, &fresh, &mut p)?;
+            t.metrics.committed(Some(p.checkpoint_id));
+            t.metrics.set_pending(t.pending.len());
             if let Some(slot) = t.pool.get_mut(p.slot as usize) {
                 *slot = Some(fresh);
             }
@@ -235,6 +243,9 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                     KafkaError::Config(format!("restored transaction names unknown slot {id}"))
                 })?;
                 resolve(&self.settings, &mut self.log_reader, producer, &mut p)?;
+                if let Mode::ExactlyOnce(t) = &mut self.mode {
+                    t.metrics.committed(None);
+                }
             }
         }
         if let (Mode::ExactlyOnce(t), Some((base, size))) = (&mut self.mode, own) {
@@ -350,6 +361,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                     apply_deliveries(&mut open.records, reports)?;
                     self.context.fencing_token().check()?;
                     producer.commit_transaction(timeout)?;
+                    t.metrics.committed(None);
                 }
                 Ok(())
             }
@@ -373,6 +385,7 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 probe,
                 records: open.records,
             });
+            t.metrics.pre_committed(checkpoint_id, t.pending.len());
         }
         let state = SubtaskTransactionsRef {
             id_base: &t.id_base,

@@ -377,6 +377,12 @@ pub struct OperatorInfo {
     /// Records emitted.
     #[serde(rename = "write-records")]
     pub write_records: u64,
+    /// Records received per second, over the last sampling interval.
+    #[serde(rename = "read-records-per-second")]
+    pub read_records_per_second: f64,
+    /// Records emitted per second, over the last sampling interval.
+    #[serde(rename = "write-records-per-second")]
+    pub write_records_per_second: f64,
     /// Its last watermark (milliseconds).
     #[serde(
         rename = "current-input-watermark",
@@ -416,25 +422,30 @@ impl SubtaskInfo {
                 .sample
                 .operators
                 .iter()
-                .map(|o| OperatorInfo {
-                    name: o.name.clone(),
-                    read_records: o.records_in,
-                    write_records: o.records_out,
-                    watermark: o.watermark,
-                    metrics: o
-                        .user
-                        .iter()
-                        .map(|m| NamedValue {
-                            id: if m.labels.is_empty() {
-                                m.name.clone()
-                            } else {
-                                let labels: Vec<String> =
-                                    m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                                format!("{}{{{}}}", m.name, labels.join(","))
-                            },
-                            value: m.value,
-                        })
-                        .collect(),
+                .map(|o| {
+                    let rates = s.operator_rates.iter().find(|r| r.node == o.node);
+                    OperatorInfo {
+                        name: o.name.clone(),
+                        read_records: o.records_in,
+                        write_records: o.records_out,
+                        read_records_per_second: rates.map_or(0.0, |r| r.records_in_per_second),
+                        write_records_per_second: rates.map_or(0.0, |r| r.records_out_per_second),
+                        watermark: o.watermark,
+                        metrics: o
+                            .user
+                            .iter()
+                            .map(|m| NamedValue {
+                                id: if m.labels.is_empty() {
+                                    m.name.clone()
+                                } else {
+                                    let labels: Vec<String> =
+                                        m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                                    format!("{}{{{}}}", m.name, labels.join(","))
+                                },
+                                value: m.value,
+                            })
+                            .collect(),
+                    }
                 })
                 .collect(),
         }

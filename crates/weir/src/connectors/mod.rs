@@ -3,7 +3,7 @@
 
 pub mod collect;
 pub mod collection;
-pub(crate) mod commit_metrics;
+pub mod commit_metrics;
 pub mod csv_fields;
 pub mod discard;
 pub mod file_reader;

@@ -172,7 +172,7 @@ impl<T, S: TwoPhaseCommitSink<T>> TwoPhaseCommitWriter<T, S> {
             self.commit(&p.transaction)?;
             self.metrics.committed(Some(p.checkpoint_id));
         }
-        self.metrics.pending.set(self.pending.len() as i64);
+        self.metrics.set_pending(self.pending.len());
         Ok(())
     }
 
@@ -263,9 +263,7 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
                 transaction,
             });
             self.metrics
-                .pre_committed
-                .insert(checkpoint_id, std::time::Instant::now());
-            self.metrics.pending.set(self.pending.len() as i64);
+                .pre_committed(checkpoint_id, self.pending.len());
         }
         let next = self.sink.begin_transaction(&self.context)?;
         ctx.operator_state()

@@ -104,7 +104,7 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
             self.committer.commit_batch(id, &records)?;
             self.metrics.committed(Some(id.checkpoint_id));
         }
-        self.metrics.pending.set(self.pending.len() as i64);
+        self.metrics.set_pending(self.pending.len());
         Ok(())
     }
 }
@@ -150,9 +150,7 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
         };
         self.pending.push((id, std::mem::take(&mut self.current)));
         self.metrics
-            .pre_committed
-            .insert(checkpoint_id, std::time::Instant::now());
-        self.metrics.pending.set(self.pending.len() as i64);
+            .pre_committed(checkpoint_id, self.pending.len());
         ctx.operator_state()
             .update_list(PENDING_STATE, &self.pending)?;
         Ok(())

@@ -171,7 +171,7 @@ const JOB_FAMILIES: [(&str, &str, bool, JobPick); 8] = [
     ),
 ];
 
-const TASK_FAMILIES: [(&str, &str, bool, TaskPick); 14] = [
+const TASK_FAMILIES: [(&str, &str, bool, TaskPick); 16] = [
     (
         "task_numRecordsIn",
         "Records the subtask received.",
@@ -207,6 +207,18 @@ const TASK_FAMILIES: [(&str, &str, bool, TaskPick); 14] = [
         "Records sent per second.",
         false,
         |s| Some(s.rates.records_out_per_second),
+    ),
+    (
+        "task_numBytesInPerSecond",
+        "Bytes received over the network per second.",
+        false,
+        |s| Some(s.rates.bytes_in_per_second),
+    ),
+    (
+        "task_numBytesOutPerSecond",
+        "Bytes sent over the network per second.",
+        false,
+        |s| Some(s.rates.bytes_out_per_second),
     ),
     (
         "task_busyTimeMsPerSecond",
@@ -296,6 +308,8 @@ impl Collector for PrometheusExport {
         // name.
         let mut records_in = Vec::new();
         let mut records_out = Vec::new();
+        let mut records_in_rate = Vec::new();
+        let mut records_out_rate = Vec::new();
         let mut watermarks = Vec::new();
         let mut user: Vec<UserFamily> = Vec::new();
         for j in &self.jobs {
@@ -305,6 +319,10 @@ impl Collector for PrometheusExport {
                     labels.push(label("operator_name", &op.name));
                     records_in.push((labels.clone(), op.records_in as f64));
                     records_out.push((labels.clone(), op.records_out as f64));
+                    if let Some(rates) = s.operator_rates.iter().find(|r| r.node == op.node) {
+                        records_in_rate.push((labels.clone(), rates.records_in_per_second));
+                        records_out_rate.push((labels.clone(), rates.records_out_per_second));
+                    }
                     if let Some(w) = op.watermark {
                         watermarks.push((labels.clone(), w as f64));
                     }
@@ -332,6 +350,18 @@ impl Collector for PrometheusExport {
                 "Records the operator emitted.",
                 true,
                 records_out,
+            ),
+            (
+                "operator_numRecordsInPerSecond",
+                "Records the operator received per second.",
+                false,
+                records_in_rate,
+            ),
+            (
+                "operator_numRecordsOutPerSecond",
+                "Records the operator emitted per second.",
+                false,
+                records_out_rate,
             ),
             (
                 "operator_currentInputWatermark",
@@ -396,7 +426,7 @@ fn sanitize(name: &str) -> String {
 mod tests {
     use super::*;
     use crate::metrics::sample::{OperatorSample, SubtaskSample, SubtaskState, UserMetricSample};
-    use crate::metrics::store::SubtaskRates;
+    use crate::metrics::store::{OperatorRates, SubtaskRates};
 
     #[test]
     fn exposes_job_task_operator_and_user_metrics_with_labels() {
@@ -445,6 +475,11 @@ mod tests {
                         records_in_per_second: 42.0,
                         ..SubtaskRates::default()
                     },
+                    operator_rates: vec![OperatorRates {
+                        node: 1,
+                        records_in_per_second: 42.0,
+                        records_out_per_second: 40.0,
+                    }],
                     taskmanager: None,
                 }],
             }],
@@ -463,6 +498,11 @@ mod tests {
         assert!(!text.contains("weir_job_lastCheckpointSize"), "{text}");
         assert!(text.contains("weir_task_numRecordsIn_total{job_id=\"abc\",job_name=\"numbers \\\"quoted\\\"\",task_name=\"Source: numbers -> map (2/2)\",subtask_index=\"1\"} 42"), "{text}");
         assert!(text.contains("weir_task_inputQueueLength{"), "{text}");
+        assert!(
+            text.contains("weir_operator_numRecordsOutPerSecond{")
+                && text.contains("operator_name=\"map\"} 40"),
+            "{text}"
+        );
         assert!(!text.contains("weir_task_currentInputWatermark"), "{text}");
         assert!(
             text.contains("weir_operator_currentInputWatermark{"),

@@ -31,6 +31,17 @@ pub struct SubtaskRates {
     pub back_pressured_time_ms_per_second: f64,
 }
 
+/// Per-second rates of one operator of a subtask's chain, from its last two samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct OperatorRates {
+    /// The operator's node.
+    pub node: u32,
+    /// `numRecordsInPerSecond`.
+    pub records_in_per_second: f64,
+    /// `numRecordsOutPerSecond`.
+    pub records_out_per_second: f64,
+}
+
 /// Flink's backpressure level, from the share of time a subtask is backpressured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -64,6 +75,8 @@ pub struct StoredSubtask {
     pub sample: SubtaskSample,
     /// Rates over the last interval.
     pub rates: SubtaskRates,
+    /// Each chained operator's rates over the last interval, in the sample's order.
+    pub operator_rates: Vec<OperatorRates>,
     /// The TaskManager it runs on (`None`: this process).
     pub taskmanager: Option<String>,
 }
@@ -151,6 +164,28 @@ fn rates(previous: Option<&SubtaskSample>, now: &SubtaskSample) -> SubtaskRates 
     }
 }
 
+fn operator_rates(previous: Option<&SubtaskSample>, now: &SubtaskSample) -> Vec<OperatorRates> {
+    let base = previous.filter(|p| p.attempt == now.attempt && p.uptime_ms <= now.uptime_ms);
+    let ms = now_minus(base.map(|b| b.uptime_ms), now.uptime_ms);
+    now.operators
+        .iter()
+        .map(|op| {
+            let before = base.and_then(|b| b.operators.iter().find(|o| o.node == op.node));
+            OperatorRates {
+                node: op.node,
+                records_in_per_second: per_second(
+                    now_minus(before.map(|b| b.records_in), op.records_in),
+                    ms,
+                ),
+                records_out_per_second: per_second(
+                    now_minus(before.map(|b| b.records_out), op.records_out),
+                    ms,
+                ),
+            }
+        })
+        .collect()
+}
+
 fn now_minus(before: Option<u64>, now: u64) -> u64 {
     now.saturating_sub(before.unwrap_or(0))
 }
@@ -177,11 +212,13 @@ impl MetricStore {
                 continue;
             }
             let rates = rates(previous, &sample);
+            let operator_rates = operator_rates(previous, &sample);
             self.subtasks.insert(
                 key,
                 StoredSubtask {
                     sample,
                     rates,
+                    operator_rates,
                     taskmanager: taskmanager.map(str::to_string),
                 },
             );
@@ -287,7 +324,15 @@ mod tests {
             input_queue: 0,
             output_queue: 0,
             input_watermark: Some(100 + subtask as i64),
-            operators: Vec::new(),
+            // A filter that keeps half.
+            operators: vec![crate::metrics::sample::OperatorSample {
+                node: 3,
+                name: "filter".into(),
+                records_in: records,
+                records_out: records / 2,
+                watermark: None,
+                user: Vec::new(),
+            }],
         }
     }
 
@@ -310,6 +355,12 @@ mod tests {
         assert_eq!(
             store.subtasks().next().unwrap().rates.records_in_per_second,
             2000.0
+        );
+        // Operators' rates come from their own counts over the same interval.
+        let op = store.subtasks().next().unwrap().operator_rates[0];
+        assert_eq!(
+            (op.node, op.records_in_per_second, op.records_out_per_second),
+            (3, 2000.0, 1000.0)
         );
         // A new attempt starts over; a late sample of the old one is ignored.
         store.update(vec![sample(0, 2, 1000, 100, 0, 0)], None);
