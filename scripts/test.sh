@@ -77,6 +77,10 @@ log "smoke run of the Weir-vs-Flink benchmark on small inputs (installs Flink in
 cargo run --locked -q -p weir-bench --bin weir-vs-flink -- --rows 20000 --events 20000 \
     --parallelism 2 --workloads keyed,q2 --runs 1 --data-dir target/bench-smoke \
     --json target/bench-smoke/results.json | tail -n 2
+log "smoke run of the state benchmark (heap, RocksDB and Flink's RocksDB backend, string keys, a recovery)"
+cargo run --locked -q -p weir-bench --bin weir-state-bench -- --keys 20000 \
+    --backends heap,rocksdb,flink-rocksdb --checkpoints 1 --interval-ms 1000 --recovery \
+    --string-keys --dir target/state-bench-smoke
 log "deployment files: Kubernetes manifests (kubernetes-validate) and the Dockerfile (hadolint)"
 scripts/validate-manifests.sh
 log "documentation tests"

@@ -3,12 +3,14 @@
 //! key once, then a fixed fraction of the keys is updated in each checkpoint interval; each
 //! checkpoint after the load is measured — its duration, the bytes it uploaded against the
 //! state's size, how long it blocked the task thread — and so are the process's peak resident
-//! memory and, with `--recovery`, the time from a failure to records flowing again.
+//! memory and, with `--recovery`, the time from a failure to records flowing again. Backends
+//! `flink-rocksdb` and `flink-hashmap` run the same job on Flink (bench/flink/flink_state_job.py)
+//! in the same run, so that the figures compare side by side.
 //!
 //! `cargo run --release -p weir-bench --bin weir-state-bench -- --keys 1000000,10000000`
-//! prints one line per run and a table; `--json` writes the figures. See bench/README.md.
+//! prints one line per run; `--json` writes the figures. See bench/README.md.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use weir::checkpoint::stats::{CheckpointStats, CheckpointStatus};
 use weir::connectors::discard::DiscardingSink;
 use weir::prelude::*;
 use weir::state::backend_factory::StateBackendConfig;
+use weir_bench::flink::FlinkRunner;
 use weir_rocksdb::RocksDbStateBackend;
 
 #[derive(Parser, Debug)]
@@ -28,7 +31,8 @@ struct Args {
     /// Distinct keys, one run per value.
     #[arg(long, value_delimiter = ',', default_value = "1000000")]
     keys: Vec<u64>,
-    /// Backends: heap (full checkpoints) and rocksdb (incremental).
+    /// Backends: heap (full checkpoints), rocksdb (incremental), and Flink's on the same
+    /// input: flink-rocksdb (incremental) and flink-hashmap (full).
     #[arg(long, value_delimiter = ',', default_value = "heap,rocksdb")]
     backends: Vec<String>,
     /// Fraction of the keys updated per checkpoint interval after the load.
@@ -43,6 +47,9 @@ struct Args {
     /// Parallelism.
     #[arg(long, default_value_t = 2)]
     parallelism: u32,
+    /// Keys as strings like `k123456` (as most real keys are) instead of integers.
+    #[arg(long)]
+    string_keys: bool,
     /// RocksDB memory per subtask, MiB.
     #[arg(long, default_value_t = 256)]
     memory_mb: u64,
@@ -53,6 +60,9 @@ struct Args {
     /// Scratch directory for checkpoints and RocksDB (emptied per run).
     #[arg(long, default_value = "target/state-bench")]
     dir: PathBuf,
+    /// The PyFlink virtual environment (installed by bench/flink/install.sh if missing).
+    #[arg(long, default_value = "target/tools/flink/venv")]
+    flink_venv: PathBuf,
     /// Where to write the figures as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -66,6 +76,8 @@ struct Args {
 struct Figures {
     backend: String,
     keys: u64,
+    #[serde(default)]
+    string_keys: bool,
     parallelism: u32,
     load_seconds: f64,
     checkpoints: Vec<CheckpointFigures>,
@@ -118,11 +130,11 @@ fn scattered(i: u64, keys: u64) -> i64 {
 #[derive(Clone)]
 struct SumAndCount;
 
-impl AggregateFunction<(i64, i64), (i64, i64), (i64, i64)> for SumAndCount {
+impl<K> AggregateFunction<(K, i64), (i64, i64), (i64, i64)> for SumAndCount {
     fn create_accumulator(&self) -> (i64, i64) {
         (0, 0)
     }
-    fn add(&self, (_, value): (i64, i64), acc: &mut (i64, i64)) {
+    fn add(&self, (_, value): (K, i64), acc: &mut (i64, i64)) {
         acc.0 += value;
         acc.1 += 1;
     }
@@ -144,16 +156,16 @@ struct RecoveryTimer {
     opened_at: Option<Instant>,
 }
 
-impl ProcessFunction<(i64, (i64, i64)), (i64, (i64, i64))> for RecoveryTimer {
+impl<K: Key> ProcessFunction<(K, (i64, i64)), (K, (i64, i64))> for RecoveryTimer {
     fn open(&mut self, _ctx: &RuntimeContext) -> Result<(), BoxError> {
         self.opened_at = Some(Instant::now());
         Ok(())
     }
     fn process_element(
         &mut self,
-        record: (i64, (i64, i64)),
+        record: (K, (i64, i64)),
         _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_, (i64, (i64, i64))>,
+        out: &mut Collector<'_, (K, (i64, i64))>,
     ) -> Result<(), BoxError> {
         if self.fail.swap(false, Ordering::SeqCst) {
             *self.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
@@ -171,6 +183,41 @@ impl ProcessFunction<(i64, (i64, i64)), (i64, (i64, i64))> for RecoveryTimer {
         out.collect(record);
         Ok(())
     }
+}
+
+/// Loads every key once, then updates `rate` scattered keys per second, into a keyed
+/// `SUM/COUNT` whose results pass `timer`.
+fn pipeline<K: Key>(
+    env: &StreamExecutionEnvironment,
+    keys: u64,
+    rate: f64,
+    loaded: &Arc<AtomicU64>,
+    timer: RecoveryTimer,
+    key_of: fn(i64) -> K,
+) {
+    let load = {
+        let loaded = loaded.clone();
+        env.from_source(
+            GeneratorSource::new(keys, move |i| (key_of(i as i64), 1i64)),
+            WatermarkStrategy::no_watermarks(),
+            "load",
+        )
+        .map(move |r: (K, i64)| {
+            loaded.fetch_add(1, Ordering::Relaxed);
+            r
+        })
+    };
+    let updates = env.from_source(
+        GeneratorSource::unbounded(move |i| (key_of(scattered(i, keys)), 1i64))
+            .with_rate_limit(rate),
+        WatermarkStrategy::no_watermarks(),
+        "updates",
+    );
+    load.union(&updates)
+        .key_by_ref(|(key, _): &(K, i64)| key)
+        .aggregate(SumAndCount)
+        .process(timer)
+        .sink_to(DiscardingSink, "discard");
 }
 
 fn run_one(args: &Args, keys: u64, backend: &str) -> Result<Figures> {
@@ -205,37 +252,21 @@ fn run_one(args: &Args, keys: u64, backend: &str) -> Result<Figures> {
         });
     let env = StreamExecutionEnvironment::new(config)?;
     let loaded = Arc::new(AtomicU64::new(0));
-    let load = {
-        let loaded = loaded.clone();
-        env.from_source(
-            GeneratorSource::new(keys, |i| (i as i64, 1i64)),
-            WatermarkStrategy::no_watermarks(),
-            "load",
-        )
-        .map(move |r: (i64, i64)| {
-            loaded.fetch_add(1, Ordering::Relaxed);
-            r
-        })
-    };
-    let rate = (args.update_fraction * keys as f64) / interval.as_secs_f64();
-    let updates = env.from_source(
-        GeneratorSource::unbounded(move |i| (scattered(i, keys), 1i64)).with_rate_limit(rate),
-        WatermarkStrategy::no_watermarks(),
-        "updates",
-    );
     let fail = Arc::new(AtomicBool::new(false));
     let failed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let resumed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    load.union(&updates)
-        .key_by(|(key, _): &(i64, i64)| *key)
-        .aggregate(SumAndCount)
-        .process(RecoveryTimer {
-            fail: fail.clone(),
-            failed_at: failed_at.clone(),
-            resumed_at: resumed_at.clone(),
-            opened_at: None,
-        })
-        .sink_to(DiscardingSink, "discard");
+    let timer = RecoveryTimer {
+        fail: fail.clone(),
+        failed_at: failed_at.clone(),
+        resumed_at: resumed_at.clone(),
+        opened_at: None,
+    };
+    let rate = (args.update_fraction * keys as f64) / interval.as_secs_f64();
+    if args.string_keys {
+        pipeline(&env, keys, rate, &loaded, timer, |i| format!("k{i}"));
+    } else {
+        pipeline(&env, keys, rate, &loaded, timer, |i| i);
+    }
     let started = Instant::now();
     let client = env.execute_async("state bench")?;
     while loaded.load(Ordering::Relaxed) < keys {
@@ -300,6 +331,7 @@ fn run_one(args: &Args, keys: u64, backend: &str) -> Result<Figures> {
     let figures = Figures {
         backend: backend.to_string(),
         keys,
+        string_keys: args.string_keys,
         parallelism: args.parallelism,
         load_seconds,
         checkpoints: measured.iter().map(CheckpointFigures::of).collect(),
@@ -308,6 +340,38 @@ fn run_one(args: &Args, keys: u64, backend: &str) -> Result<Figures> {
     };
     let _ = std::fs::remove_dir_all(&work);
     Ok(figures)
+}
+
+/// Flink's side of one run: bench/flink/flink_state_job.py, same input and settings.
+fn flink_command(
+    args: &Args,
+    bench_dir: &Path,
+    flink: &FlinkRunner,
+    keys: u64,
+    backend: &str,
+) -> Result<std::process::Command> {
+    if !matches!(backend, "rocksdb" | "hashmap") {
+        bail!("unknown backend `flink-{backend}`: flink-rocksdb or flink-hashmap");
+    }
+    let work = args.dir.join(format!("flink-{backend}-{keys}"));
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    let mut command = std::process::Command::new(&flink.python);
+    command
+        .arg(bench_dir.join("flink/flink_state_job.py"))
+        .args(["--keys", &keys.to_string(), "--backend", backend])
+        .args(["--update-fraction", &args.update_fraction.to_string()])
+        .args(["--interval-ms", &args.interval_ms.to_string()])
+        .args(["--checkpoints", &args.checkpoints.to_string()])
+        .args(["--parallelism", &args.parallelism.to_string()])
+        .args(["--memory-mb", &args.memory_mb.to_string()])
+        .arg("--checkpoint-dir")
+        .arg(&work);
+    if args.string_keys {
+        command.arg("--string-keys");
+    }
+    Ok(command)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -329,14 +393,31 @@ fn run() -> Result<()> {
         println!("RESULT {}", serde_json::to_string(&figures)?);
         return Ok(());
     }
+    let bench_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let flink = if args.backends.iter().any(|b| b.starts_with("flink-")) {
+        Some(FlinkRunner::install(bench_dir, &args.flink_venv)?)
+    } else {
+        None
+    };
     let mut all = Vec::new();
     for &keys in &args.keys {
         for backend in &args.backends {
             // Each run in a fresh process, so that its peak memory is its own.
-            let mut command = std::process::Command::new(std::env::current_exe()?);
-            command.args(std::env::args().skip(1));
-            command.args(["--run-one", &format!("{keys},{backend}")]);
-            let output = command.output().context("running one configuration")?;
+            let output = match (backend.strip_prefix("flink-"), &flink) {
+                (Some(flink_backend), Some(flink)) => {
+                    let output = flink_command(&args, bench_dir, flink, keys, flink_backend)?
+                        .output()
+                        .context("running Flink")?;
+                    let _ = std::fs::remove_dir_all(args.dir.join(format!("{backend}-{keys}")));
+                    output
+                }
+                _ => {
+                    let mut command = std::process::Command::new(std::env::current_exe()?);
+                    command.args(std::env::args().skip(1));
+                    command.args(["--run-one", &format!("{keys},{backend}")]);
+                    command.output().context("running one configuration")?
+                }
+            };
             let stdout = String::from_utf8_lossy(&output.stdout);
             let Some(json) = stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
                 bail!(
@@ -345,9 +426,12 @@ fn run() -> Result<()> {
                 );
             };
             let figures: Figures = serde_json::from_str(json)?;
+            if figures.checkpoints.is_empty() {
+                bail!("{backend} at {keys} keys measured no checkpoint");
+            }
             let c = &figures.checkpoints;
             println!(
-                "{backend:>8} {keys:>10} keys: load {:.1} s, checkpoint median {:.0} ms (max {:.0}), uploaded median {:.1} MB of {:.1} MB state, task blocked max {:.2} ms, peak RSS {:.0} MiB ({:.0} B/key){}",
+                "{backend:>13} {keys:>10} keys: load {:.1} s, checkpoint median {:.0} ms (max {:.0}), uploaded median {:.1} MB of {:.1} MB state, task blocked max {:.2} ms, peak RSS {:.0} MiB ({:.0} B/key){}",
                 figures.load_seconds,
                 median(c.iter().map(|c| c.duration_ms).collect()),
                 c.iter().map(|c| c.duration_ms).fold(0.0, f64::max),
