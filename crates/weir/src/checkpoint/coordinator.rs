@@ -200,6 +200,16 @@ pub enum AckOutcome {
     Pending,
     /// Every participant has acknowledged; the checkpoint is handed over for finalization.
     AllAcknowledged(Box<PendingCheckpoint>),
+    /// Every participant has acknowledged, but a newer restore point (`by`) was handed over
+    /// for finalization first (its acknowledgements came in sooner): this one is subsumed
+    /// and must not complete, or the restore point recorded last would be older than output
+    /// the newer one already committed.
+    Subsumed {
+        /// The checkpoint that ends here.
+        pending: Box<PendingCheckpoint>,
+        /// The newer restore point.
+        by: u64,
+    },
 }
 
 /// Checkpoint decisions of one job.
@@ -213,6 +223,8 @@ pub struct CheckpointCoordinator {
     last_completion: Option<Instant>,
     consecutive_failures: u32,
     history: CheckpointHistory,
+    /// The newest restore point handed over for finalization (0: none).
+    newest_restore_point: u64,
 }
 
 impl CheckpointCoordinator {
@@ -227,7 +239,15 @@ impl CheckpointCoordinator {
             last_completion: None,
             consecutive_failures: 0,
             history: CheckpointHistory::new(10),
+            newest_restore_point: 0,
         }
+    }
+
+    /// Restore point `id` (a checkpoint, or a stop-with-savepoint's savepoint) was handed
+    /// over for finalization: a checkpoint older than it that is fully acknowledged later is
+    /// subsumed instead of completing after it.
+    pub fn finalizing_restore_point(&mut self, id: u64) {
+        self.newest_restore_point = self.newest_restore_point.max(id);
     }
 
     /// The id the next checkpoint will get.
@@ -336,6 +356,23 @@ impl CheckpointCoordinator {
             return AckOutcome::Pending;
         }
         match self.pending.remove(&id) {
+            Some(p)
+                if p.barrier.snapshot_type == SnapshotType::Checkpoint
+                    && self.newest_restore_point > id =>
+            {
+                let by = self.newest_restore_point;
+                self.history.record(p.stats(
+                    CheckpointStatus::Failed,
+                    p.triggered_at,
+                    Some(format!(
+                        "subsumed by checkpoint {by}, acknowledged before it"
+                    )),
+                ));
+                AckOutcome::Subsumed {
+                    pending: Box::new(p),
+                    by,
+                }
+            }
             Some(p) => AckOutcome::AllAcknowledged(Box::new(p)),
             None => AckOutcome::Unknown,
         }
@@ -649,6 +686,49 @@ mod tests {
         assert!(c.pending_ids().is_empty());
         assert_eq!(c.history().completed, 1);
         assert_eq!(c.consecutive_failures(), 0);
+    }
+
+    #[test]
+    fn a_checkpoint_acknowledged_after_a_newer_restore_point_is_subsumed_not_completed() {
+        let t0 = Instant::now();
+        let mut c = CheckpointCoordinator::new(config().with_max_concurrent(3), 1, t0);
+        start(&mut c, t0, &[task(0, 0)]);
+        start(&mut c, t0 + 10 * MS, &[task(0, 0)]);
+        // Checkpoint 2's asynchronous parts finished first.
+        let AckOutcome::AllAcknowledged(p) = c.acknowledge(2, task(0, 0), ack()) else {
+            panic!()
+        };
+        c.finalizing_restore_point(p.id());
+        let AckOutcome::Subsumed { pending, by } = c.acknowledge(1, task(0, 0), ack()) else {
+            panic!("checkpoint 1 must not complete after checkpoint 2")
+        };
+        assert_eq!((pending.id(), by), (1, 2));
+        assert_eq!(c.consecutive_failures(), 0, "being overtaken is no failure");
+        assert!(c.pending_ids().is_empty());
+        // A savepoint is no restore point: it still completes.
+        let t1 = t0 + 20 * MS;
+        c.start(
+            t1,
+            0,
+            SnapshotType::Savepoint,
+            [task(0, 0)].into(),
+            "sp".into(),
+        );
+        c.start(
+            t1,
+            0,
+            SnapshotType::Checkpoint,
+            [task(0, 0)].into(),
+            "c".into(),
+        );
+        let AckOutcome::AllAcknowledged(four) = c.acknowledge(4, task(0, 0), ack()) else {
+            panic!()
+        };
+        c.finalizing_restore_point(four.id());
+        assert!(matches!(
+            c.acknowledge(3, task(0, 0), ack()),
+            AckOutcome::AllAcknowledged(_)
+        ));
     }
 
     #[test]

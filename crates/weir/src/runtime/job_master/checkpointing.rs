@@ -303,6 +303,15 @@ impl JobMaster {
         let uploads = ack.shared_uploads(id);
         match self.coordinator.acknowledge(id, who, ack) {
             AckOutcome::AllAcknowledged(pending) => self.finalize(*pending),
+            AckOutcome::Subsumed { pending, by } => {
+                tracing::info!(
+                    checkpoint = id,
+                    by,
+                    "checkpoint subsumed by a newer one that was acknowledged first"
+                );
+                self.notify(CheckpointNotification::Aborted(id));
+                self.discard_pending(&pending);
+            }
             // A late acknowledgement of a checkpoint that ended: what it uploaded is unused.
             AckOutcome::Unknown if !uploads.is_empty() => {
                 self.io.submit(move |context| {
@@ -458,6 +467,9 @@ impl JobMaster {
         // job stops), so it becomes a restore point like a checkpoint.
         let recorded = kind == SnapshotType::Checkpoint
             || matches!(self.phase, JobPhase::StoppingWithSavepoint { savepoint, .. } if savepoint == id);
+        if recorded {
+            self.coordinator.finalizing_restore_point(id);
+        }
         let location = pending.location.clone();
         let run = self.attempt.as_ref().map_or(0, |a| a.number);
         self.finalizing.insert(
