@@ -40,11 +40,11 @@ const SINK: &str = "sink";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SumAndCount;
 
-impl AggregateFunction<(i64, i64), (i64, i64), (i64, i64)> for SumAndCount {
+impl<K> AggregateFunction<(K, i64), (i64, i64), (i64, i64)> for SumAndCount {
     fn create_accumulator(&self) -> (i64, i64) {
         (0, 0)
     }
-    fn add(&self, (_, value): (i64, i64), acc: &mut (i64, i64)) {
+    fn add(&self, (_, value): (K, i64), acc: &mut (i64, i64)) {
         acc.0 += value;
         acc.1 += 1;
     }

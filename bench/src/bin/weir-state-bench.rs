@@ -23,6 +23,7 @@ use weir::connectors::discard::DiscardingSink;
 use weir::prelude::*;
 use weir::state::backend_factory::StateBackendConfig;
 use weir_bench::flink::FlinkRunner;
+use weir_bench::weir_jobs::SumAndCount;
 use weir_rocksdb::RocksDbStateBackend;
 
 #[derive(Parser, Debug)]
@@ -125,25 +126,6 @@ fn scattered(i: u64, keys: u64) -> i64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) % keys) as i64
-}
-
-#[derive(Clone)]
-struct SumAndCount;
-
-impl<K> AggregateFunction<(K, i64), (i64, i64), (i64, i64)> for SumAndCount {
-    fn create_accumulator(&self) -> (i64, i64) {
-        (0, 0)
-    }
-    fn add(&self, (_, value): (K, i64), acc: &mut (i64, i64)) {
-        acc.0 += value;
-        acc.1 += 1;
-    }
-    fn get_result(&self, acc: &(i64, i64)) -> (i64, i64) {
-        *acc
-    }
-    fn merge(&self, a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
-        (a.0 + b.0, a.1 + b.1)
-    }
 }
 
 /// Fails once when asked to, and notes when the first record passes through an instance
