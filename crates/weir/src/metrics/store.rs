@@ -200,17 +200,23 @@ impl MetricStore {
     pub fn update(&mut self, samples: Vec<SubtaskSample>, taskmanager: Option<&str>) {
         for sample in samples {
             let key = (sample.vertex, sample.subtask);
+            if let Some(stored) = self.subtasks.get_mut(&key) {
+                if stored.sample.attempt > sample.attempt {
+                    continue; // a late sample of an earlier run
+                }
+                // A sample of the same millisecond (a TaskManager's read twice between two
+                // heartbeats, or a task that ended right after the last sample): its values are
+                // the newest — a sink may have committed meanwhile — but an interval of zero
+                // milliseconds has no rates, so the last interval's stand.
+                if stored.sample.attempt == sample.attempt
+                    && stored.sample.uptime_ms == sample.uptime_ms
+                {
+                    stored.sample = sample;
+                    stored.taskmanager = taskmanager.map(str::to_string);
+                    continue;
+                }
+            }
             let previous = self.subtasks.get(&key).map(|s| &s.sample);
-            if previous.is_some_and(|p| p.attempt > sample.attempt) {
-                continue; // a late sample of an earlier run
-            }
-            // The same sample again (a TaskManager's, read twice between two heartbeats):
-            // the rates of its interval stand.
-            if previous
-                .is_some_and(|p| p.attempt == sample.attempt && p.uptime_ms == sample.uptime_ms)
-            {
-                continue;
-            }
             let rates = rates(previous, &sample);
             let operator_rates = operator_rates(previous, &sample);
             self.subtasks.insert(
@@ -355,6 +361,20 @@ mod tests {
         assert_eq!(
             store.subtasks().next().unwrap().rates.records_in_per_second,
             2000.0
+        );
+        // A sample of the same millisecond with newer values (a task that ended right after
+        // the last sample, its sink's commit counted) replaces the values, keeps the rates.
+        let mut newer = sample(0, 1, 3000, 4600, 400, 1200);
+        newer.state = SubtaskState::Finished;
+        store.update(vec![newer], Some("tm-1"));
+        let s = store.subtasks().next().unwrap();
+        assert_eq!(
+            (
+                s.sample.records_in,
+                s.sample.state,
+                s.rates.records_in_per_second
+            ),
+            (4600, SubtaskState::Finished, 2000.0)
         );
         // Operators' rates come from their own counts over the same interval.
         let op = store.subtasks().next().unwrap().operator_rates[0];
