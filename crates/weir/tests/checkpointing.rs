@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir::WatermarkStrategy;
 
-use common::{committed, diff, mix, multiset, seeds, CommittingSink, Rng};
+use common::{committed, diff, mix, multiset, seeds, CommittingSink, CountPerKey, Rng};
 use weir::connectors::generator::GeneratorSource;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, CheckpointingMode, ExecutionConfig,
@@ -88,31 +88,6 @@ fn run_keyed_count(
     .uid("sink");
     let result = env.execute("keyed count").unwrap();
     (committed(&store), result)
-}
-
-/// A keyed count through a KeyedProcessFunction with value state.
-#[derive(Clone, Default)]
-struct CountPerKey {
-    count: Option<weir::ValueState<u64>>,
-}
-
-impl weir::KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
-    fn open(&mut self, _ctx: &weir::RuntimeContext) -> Result<(), weir::BoxError> {
-        self.count = Some(weir::ValueState::new("count"));
-        Ok(())
-    }
-    fn process_element(
-        &mut self,
-        _value: u64,
-        ctx: &mut weir::KeyedContext<'_, u64>,
-        out: &mut weir::Collector<'_, (u64, u64)>,
-    ) -> Result<(), weir::BoxError> {
-        let state = self.count.as_ref().ok_or("not opened")?;
-        let n = state.value(ctx)?.unwrap_or(0) + 1;
-        state.update(ctx, n)?;
-        out.collect((*ctx.current_key(), n));
-        Ok(())
-    }
 }
 
 #[test]

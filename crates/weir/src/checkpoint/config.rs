@@ -174,6 +174,17 @@ pub struct CheckpointConfig {
     /// checkpoint, written by the snapshot's asynchronous part, rather than into its
     /// metadata (`state.storage.fs.memory-threshold`, 20 KiB as in Flink).
     pub state_file_threshold: u64,
+    /// Unaligned checkpoints (Flink's FLIP-76, `execution.checkpointing.unaligned.enabled`):
+    /// a periodic checkpoint's barriers overtake the records in flight, which are stored as
+    /// the checkpoint's channel state, so that a checkpoint under backpressure takes as long
+    /// as the barriers' trip rather than the draining of every queue. Savepoints and the
+    /// final checkpoint stay aligned. Needs exactly-once mode.
+    pub unaligned: bool,
+    /// With unaligned checkpoints on, a task first aligns its barriers and switches to an
+    /// unaligned snapshot only when the alignment has lasted this long
+    /// (`execution.checkpointing.aligned-checkpoint-timeout`; zero, the default, as in Flink:
+    /// unaligned from the first barrier).
+    pub aligned_checkpoint_timeout: Duration,
 }
 
 impl Default for CheckpointConfig {
@@ -191,6 +202,8 @@ impl Default for CheckpointConfig {
             local_recovery: None,
             state_file_threshold: 20 << 10,
             corrupt_checkpoint_policy: CorruptCheckpointPolicy::Refuse,
+            unaligned: false,
+            aligned_checkpoint_timeout: Duration::ZERO,
         }
     }
 }
@@ -253,6 +266,17 @@ impl CheckpointConfig {
         self.state_file_threshold = bytes;
         self
     }
+    /// Turns unaligned checkpoints on or off (`execution.checkpointing.unaligned.enabled`).
+    pub fn with_unaligned(mut self, unaligned: bool) -> Self {
+        self.unaligned = unaligned;
+        self
+    }
+    /// Aligns first and switches to an unaligned snapshot after `timeout` of alignment
+    /// (`execution.checkpointing.aligned-checkpoint-timeout`); only with unaligned checkpoints on.
+    pub fn with_aligned_checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        self.aligned_checkpoint_timeout = timeout;
+        self
+    }
     /// Sets what recovery may do when the checkpoint it must restore is unusable.
     pub fn with_corrupt_checkpoint_policy(mut self, policy: CorruptCheckpointPolicy) -> Self {
         self.corrupt_checkpoint_policy = policy;
@@ -280,6 +304,20 @@ impl CheckpointConfig {
                 "checkpoint.timeout",
                 format!("{:?}", self.timeout),
                 "must be at least 10 ms",
+            ));
+        }
+        if self.unaligned && self.mode != CheckpointingMode::ExactlyOnce {
+            return Err(err(
+                "checkpoint.unaligned",
+                "true".into(),
+                "unaligned checkpoints need exactly-once mode (at-least-once never aligns)",
+            ));
+        }
+        if !self.aligned_checkpoint_timeout.is_zero() && !self.unaligned {
+            return Err(err(
+                "checkpoint.aligned_checkpoint_timeout",
+                format!("{:?}", self.aligned_checkpoint_timeout),
+                "only applies with unaligned checkpoints on (`execution.checkpointing.unaligned.enabled: true`)",
             ));
         }
         if self.max_concurrent == 0 {

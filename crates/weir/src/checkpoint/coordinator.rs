@@ -311,6 +311,7 @@ impl CheckpointCoordinator {
             snapshot_type: kind,
             is_final: false,
             stop: None,
+            unaligned: kind == SnapshotType::Checkpoint && self.config.unaligned,
         };
         self.next_id += 1;
         if kind == SnapshotType::Checkpoint {
@@ -333,6 +334,8 @@ impl CheckpointCoordinator {
     pub fn mark_final(&mut self, id: u64) -> Option<CheckpointBarrier> {
         let pending = self.pending.get_mut(&id)?;
         pending.barrier.is_final = true;
+        // Nothing is in flight after every input ended; aligned keeps the ending simple.
+        pending.barrier.unaligned = false;
         Some(pending.barrier)
     }
 

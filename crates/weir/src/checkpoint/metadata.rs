@@ -32,6 +32,12 @@ pub enum ListRedistribution {
     /// The items of old subtask `s` go, whole, to new subtask `s mod P` (so that each old
     /// subtask's items are handled exactly once, and no subtask reads the others').
     ModuloSubtask,
+    /// The items belong to key group `.0` and go to the new subtask owning it (an
+    /// unaligned checkpoint's in-flight records of a keyed exchange).
+    KeyGroup(u32),
+    /// New subtask `j` receives the items of old subtask `j mod P_old` (the in-flight
+    /// records of a broadcast exchange, which every old subtask received in full).
+    Broadcast,
 }
 
 /// One operator list state of one subtask, as the task holds it: its items, each serialized

@@ -16,7 +16,7 @@ use crate::checkpoint::metadata::{
 };
 use crate::graph::ids::NodeId;
 use crate::graph::stream_graph::StreamGraph;
-use crate::state::key_group::key_group_range_for_operator;
+use crate::state::key_group::{key_group_range_for_operator, operator_index_for_key_group};
 
 /// Why a checkpoint cannot be mapped onto the job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,7 +78,11 @@ fn split_evenly<T: Clone>(items: &[T], parallelism: u32) -> Vec<Vec<T>> {
         .collect()
 }
 
-fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStateHandle>> {
+fn redistribute_lists(
+    old: &OperatorState,
+    parallelism: u32,
+    max_parallelism: u32,
+) -> Vec<Vec<ListStateHandle>> {
     let p = parallelism.max(1) as usize;
     let mut out: Vec<Vec<ListStateHandle>> = vec![Vec::new(); p];
     let mut names: Vec<(&str, ListRedistribution)> = Vec::new();
@@ -132,6 +136,27 @@ fn redistribute_lists(old: &OperatorState, parallelism: u32) -> Vec<Vec<ListStat
                 }
                 by_subtask
             }
+            ListRedistribution::KeyGroup(group) => {
+                let mut by_subtask = vec![Vec::new(); p];
+                let owner =
+                    operator_index_for_key_group(max_parallelism, parallelism, group) as usize;
+                if let Some(slot) = by_subtask.get_mut(owner) {
+                    *slot = all();
+                }
+                by_subtask
+            }
+            ListRedistribution::Broadcast => {
+                let old_p = old.parallelism.max(1);
+                (0..p)
+                    .map(|j| {
+                        per_old
+                            .iter()
+                            .filter(|(s, _)| *s == j as u32 % old_p)
+                            .flat_map(|(_, items)| items.iter().cloned())
+                            .collect()
+                    })
+                    .collect()
+            }
         };
         for (i, items) in shares.into_iter().enumerate() {
             out[i].push(ListStateHandle {
@@ -176,7 +201,7 @@ pub fn assign_state(
                 new: node.max_parallelism,
             });
         }
-        let lists = redistribute_lists(old, node.parallelism);
+        let lists = redistribute_lists(old, node.parallelism, node.max_parallelism);
         let plans = lists
             .into_iter()
             .enumerate()
@@ -346,6 +371,64 @@ mod tests {
                 seen,
                 (0..old_p).collect::<Vec<_>>(),
                 "each old subtask once"
+            );
+        }
+    }
+
+    #[test]
+    fn in_flight_records_go_to_their_key_groups_owner_or_by_broadcast_copy() {
+        for (old_p, new_p) in [(2, 3), (3, 1), (1, 4), (2, 2)] {
+            let mut m = metadata(old_p);
+            for s in &mut m.operators[0].subtasks {
+                // Each old subtask captured records of one key group it owned, and a copy
+                // of the broadcast records it had not processed.
+                let group = key_group_range_for_operator(128, old_p, s.subtask).start;
+                s.lists.push(ListStateHandle {
+                    name: format!("in-flight kg {group}"),
+                    mode: ListRedistribution::KeyGroup(group),
+                    items: vec![ListItem::Inline(vec![group as u8])],
+                });
+                s.lists.push(ListStateHandle {
+                    name: "in-flight broadcast".into(),
+                    mode: ListRedistribution::Broadcast,
+                    items: vec![ListItem::Inline(vec![200 + s.subtask as u8])],
+                });
+            }
+            let a = assign_state(&m, &graph(new_p, "op"), false).unwrap();
+            let plans = &a.subtasks[&NodeId(1)];
+            let mut groups = Vec::new();
+            for (i, plan) in plans.iter().enumerate() {
+                let range = key_group_range_for_operator(128, new_p, i as u32);
+                for list in plan
+                    .lists
+                    .iter()
+                    .filter(|l| l.name.starts_with("in-flight kg"))
+                {
+                    for item in &list.items {
+                        let ListItem::Inline(bytes) = item else {
+                            panic!("inline")
+                        };
+                        assert!(range.contains(u32::from(bytes[0])), "{old_p}->{new_p}");
+                        groups.push(bytes[0]);
+                    }
+                }
+                let broadcast: Vec<&ListItem> = plan
+                    .lists
+                    .iter()
+                    .filter(|l| l.name == "in-flight broadcast")
+                    .flat_map(|l| &l.items)
+                    .collect();
+                let from = 200 + (i as u32 % old_p) as u8;
+                assert_eq!(
+                    broadcast,
+                    vec![&ListItem::Inline(vec![from])],
+                    "{old_p}->{new_p}"
+                );
+            }
+            assert_eq!(
+                groups.len(),
+                old_p as usize,
+                "each key group's records once"
             );
         }
     }

@@ -39,6 +39,12 @@ pub struct SubtaskCheckpointStats {
     /// `checkpointed_size`).
     #[serde(default)]
     pub checkpointed_size: u64,
+    /// Whether this subtask snapshotted unaligned (FLIP-76).
+    #[serde(default)]
+    pub unaligned: bool,
+    /// Bytes of in-flight records stored as channel state (Flink's `persisted_data`).
+    #[serde(default)]
+    pub persisted_data: u64,
 }
 
 /// One checkpoint's statistics.
@@ -82,6 +88,14 @@ impl CheckpointStats {
             .map(|s| s.async_duration)
             .max()
             .unwrap_or_default()
+    }
+    /// Whether any subtask snapshotted unaligned.
+    pub fn is_unaligned(&self) -> bool {
+        self.subtasks.iter().any(|s| s.unaligned)
+    }
+    /// Bytes of in-flight records stored as channel state, over all subtasks.
+    pub fn persisted_data(&self) -> u64 {
+        self.subtasks.iter().map(|s| s.persisted_data).sum()
     }
     /// The longest alignment of any subtask.
     pub fn max_alignment_duration(&self) -> Duration {

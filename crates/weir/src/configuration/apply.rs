@@ -95,6 +95,19 @@ impl Configuration {
         if let Some(n) = self.integer("execution.checkpointing.max-concurrent-checkpoints")? {
             checkpoint.max_concurrent = positive(n);
         }
+        for key in [
+            "execution.checkpointing.unaligned.enabled",
+            "execution.checkpointing.unaligned",
+        ] {
+            if let Some(unaligned) = self.boolean(key)? {
+                checkpoint.unaligned = unaligned;
+            }
+        }
+        if let Some(timeout) =
+            self.duration("execution.checkpointing.aligned-checkpoint-timeout")?
+        {
+            checkpoint.aligned_checkpoint_timeout = timeout;
+        }
         if let Some(n) = self.integer("execution.checkpointing.tolerable-failed-checkpoints")? {
             checkpoint.tolerable_failures = positive(n);
         }

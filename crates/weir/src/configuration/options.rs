@@ -114,6 +114,21 @@ pub const OPTIONS: &[ConfigOption] = &[
         "Checkpoints in flight at once.",
     ),
     option(
+        "execution.checkpointing.unaligned.enabled",
+        Boolean,
+        "Unaligned checkpoints: barriers overtake the records in flight, which are stored as channel state.",
+    ),
+    option(
+        "execution.checkpointing.unaligned",
+        Boolean,
+        "Unaligned checkpoints (the key before Flink 2.0).",
+    ),
+    option(
+        "execution.checkpointing.aligned-checkpoint-timeout",
+        Duration,
+        "With unaligned checkpoints on: align first, and go unaligned after this long.",
+    ),
+    option(
         "execution.checkpointing.tolerable-failed-checkpoints",
         int(0, 1_000_000),
         "Consecutive failed checkpoints tolerated before the job fails.",

@@ -93,6 +93,15 @@ impl<T> RecordBatch<T> {
         self.push(record, timestamp);
     }
 
+    /// The key group of record `index`, if the batch carries key groups.
+    #[inline]
+    pub fn key_group(&self, index: usize) -> Option<u32> {
+        self.key_groups
+            .get(index)
+            .filter(|g| **g != NO_KEY_GROUP)
+            .map(|g| u32::from(*g))
+    }
+
     /// Whether the batch carries its records' key groups.
     #[inline]
     pub fn has_key_groups(&self) -> bool {

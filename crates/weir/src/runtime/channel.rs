@@ -8,7 +8,7 @@ use crossbeam_channel::{select, Receiver, Sender, TryRecvError, TrySendError};
 
 use crate::error::TaskError;
 use crate::runtime::network::credit::{CreditReturn, RemoteSender};
-use crate::runtime::stream_element::StreamElement;
+use crate::runtime::stream_element::{CheckpointBarrier, StreamElement};
 
 /// Cancellation signal: the job manager cancels by dropping the paired sender, which every
 /// clone of the token observes as a disconnect, whether it is polling or blocked.
@@ -45,12 +45,19 @@ impl CancelToken {
 /// process over the network (see [`crate::runtime::network`]). Which one is decided where the
 /// channel is created (the [`Transport`](crate::runtime::transport::Transport)), never by the
 /// operator that writes to it.
+///
+/// Besides the bounded queue of elements, a channel has a priority lane for unaligned
+/// checkpoint barriers (FLIP-76): unbounded and read before the queue, so that a barrier
+/// overtakes the records queued ahead of it.
 pub struct ChannelSender<T> {
     kind: SenderKind<T>,
 }
 
 enum SenderKind<T> {
-    Local(Sender<StreamElement<T>>),
+    Local {
+        tx: Sender<StreamElement<T>>,
+        priority: Sender<CheckpointBarrier>,
+    },
     Remote(RemoteSender),
 }
 
@@ -61,17 +68,27 @@ enum SenderKind<T> {
 /// send another (credit-based flow control).
 pub struct ChannelReceiver<T> {
     pub(crate) rx: Receiver<StreamElement<T>>,
+    /// Barriers sent ahead of the queue.
+    pub(crate) priority: Receiver<CheckpointBarrier>,
     credit: Option<CreditReturn>,
 }
 
 /// Creates an in-process channel holding at most `capacity` elements (batches or events).
 pub fn channel<T>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
+    let (priority_tx, priority) = crossbeam_channel::unbounded();
     (
         ChannelSender {
-            kind: SenderKind::Local(tx),
+            kind: SenderKind::Local {
+                tx,
+                priority: priority_tx,
+            },
         },
-        ChannelReceiver { rx, credit: None },
+        ChannelReceiver {
+            rx,
+            priority,
+            credit: None,
+        },
     )
 }
 
@@ -87,7 +104,7 @@ impl<T: serde::Serialize> ChannelSender<T> {
     /// receiver has granted no credit), until the consumer takes it or the job is cancelled.
     pub fn send(&self, element: StreamElement<T>, cancel: &CancelToken) -> Result<(), TaskError> {
         match &self.kind {
-            SenderKind::Local(tx) => match tx.try_send(element) {
+            SenderKind::Local { tx, .. } => match tx.try_send(element) {
                 Ok(()) => Ok(()),
                 Err(TrySendError::Disconnected(_)) => {
                     Err(TaskError::ChannelClosed { peer: "downstream" })
@@ -104,6 +121,19 @@ impl<T: serde::Serialize> ChannelSender<T> {
             SenderKind::Remote(remote) => remote.send(&element, cancel),
         }
     }
+
+    /// Sends `barrier` ahead of the queued elements (an unaligned checkpoint's); never
+    /// blocks, since the lane is not subject to backpressure. A receiver that has ended
+    /// needs no barrier.
+    pub fn send_priority(&self, barrier: CheckpointBarrier) -> Result<(), TaskError> {
+        match &self.kind {
+            SenderKind::Local { priority, .. } => {
+                let _ = priority.send(barrier);
+                Ok(())
+            }
+            SenderKind::Remote(remote) => remote.send_priority(&barrier),
+        }
+    }
 }
 
 impl<T> ChannelSender<T> {
@@ -111,7 +141,7 @@ impl<T> ChannelSender<T> {
     /// taken by the receiver, as far as the sender knows).
     pub fn queued(&self) -> usize {
         match &self.kind {
-            SenderKind::Local(tx) => tx.len(),
+            SenderKind::Local { tx, .. } => tx.len(),
             SenderKind::Remote(remote) => remote.in_flight(),
         }
     }
@@ -120,9 +150,14 @@ impl<T> ChannelSender<T> {
 impl<T> ChannelReceiver<T> {
     /// The receiving end of a remote channel: elements arrive in `rx`, and each one taken
     /// hands a credit back through `credit`.
-    pub(crate) fn remote(rx: Receiver<StreamElement<T>>, credit: CreditReturn) -> Self {
+    pub(crate) fn remote(
+        rx: Receiver<StreamElement<T>>,
+        priority: Receiver<CheckpointBarrier>,
+        credit: CreditReturn,
+    ) -> Self {
         Self {
             rx,
+            priority,
             credit: Some(credit),
         }
     }

@@ -15,9 +15,11 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
+use crate::graph::partitioner::PartitionerKind;
 use crate::metrics::{MetricRegistry, TaskMetrics};
 use crate::runtime::chain::{ChainedNode, OperatorChain, SideOutputs};
 use crate::runtime::channel::CancelToken;
+use crate::runtime::channel_state::{is_channel_state, ChannelStateSetup};
 use crate::runtime::job_definition::JobDefinition;
 use crate::runtime::operator_factory::{NodeFactory, SourceCoordinatorRunner};
 use crate::runtime::snapshot::RestoredOperatorState;
@@ -465,12 +467,30 @@ pub fn deploy_tasks(
         let mut nodes: Vec<Box<dyn ChainedNode>> = Vec::new();
         let mut position: HashMap<NodeId, usize> = HashMap::new();
         let mut source = None;
+        // Per node: restored in-flight records (its channel state, if it headed a task).
+        let mut in_flight: Vec<(NodeId, Vec<ListStateEntry>)> = Vec::new();
         for &node_id in &vertex.operators {
             let node = sg.node(node_id);
-            let restored = match restore {
+            let mut restored = match restore {
                 Some(r) => load_state(r, storage, job, node_id, ev.id.subtask)?,
                 None => None,
             };
+            // A task head's list state carries the task's in-flight records (unaligned
+            // checkpoints): the chain replays them into the node; the operator never sees
+            // them.
+            if let Some(state) = restored.take() {
+                let mut state = Arc::try_unwrap(state).map_err(|_| {
+                    WeirError::Internal("restored state shared before deployment".into())
+                })?;
+                let (channel, own): (Vec<_>, Vec<_>) = std::mem::take(&mut state.lists)
+                    .into_iter()
+                    .partition(|l| is_channel_state(&l.name));
+                state.lists = own;
+                if channel.iter().any(|l| !l.items.is_empty()) {
+                    in_flight.push((node_id, channel));
+                }
+                restored = Some(Arc::new(state));
+            }
             let setup = OperatorSetup {
                 node: node_id,
                 name: node.name.as_str().into(),
@@ -583,6 +603,28 @@ pub fn deploy_tasks(
                 }
             }
         }
+        let replay = |chain: &mut OperatorChain| -> Result<(), DeployError> {
+            for (node_id, entries) in &in_flight {
+                let at = *position
+                    .get(node_id)
+                    .ok_or_else(|| WeirError::Internal("in-flight records of a source".into()))?;
+                // One edge per input: a union's edges into one input share its type.
+                let mut inputs: Vec<&crate::graph::stream_graph::StreamEdge> = Vec::new();
+                for edge in sg.in_edges(*node_id) {
+                    if !inputs.iter().any(|e| e.input == edge.input) {
+                        inputs.push(edge);
+                    }
+                }
+                for edge in inputs {
+                    let batches = job
+                        .edge_type(edge.id)
+                        .in_flight_batches(entries, edge.input.saturating_sub(1))
+                        .map_err(|e| DeployError::CorruptState(e.to_string()))?;
+                    chain.replay_on_open(at, edge.input, batches);
+                }
+            }
+            Ok(())
+        };
         let body = match source {
             Some((factory, setup, subtask_display)) => {
                 let endpoint = endpoints
@@ -590,8 +632,9 @@ pub fn deploy_tasks(
                     .and_then(|eps| eps.get_mut(ev.id.subtask as usize))
                     .and_then(Option::take)
                     .ok_or_else(|| WeirError::Internal("missing reader endpoint".into()))?;
-                let chain = OperatorChain::new(nodes, source_successors, config.buffer_size)
+                let mut chain = OperatorChain::new(nodes, source_successors, config.buffer_size)
                     .map_err(|e| WeirError::Internal(e.to_string()))?;
+                replay(&mut chain)?;
                 factory
                     .create_task(&setup, chain, endpoint)
                     .map_err(|e| setup_error(&setup.name, Some(subtask_display), e))?
@@ -608,14 +651,27 @@ pub fn deploy_tasks(
                 let at = *position
                     .get(&head)
                     .ok_or_else(|| WeirError::Internal("chain head missing".into()))?;
-                let chain = OperatorChain::new(nodes, vec![at], config.buffer_size)
+                let mut chain = OperatorChain::new(nodes, vec![at], config.buffer_size)
                     .map_err(|e| WeirError::Internal(e.to_string()))?;
+                replay(&mut chain)?;
+                let broadcast_input = |input: u8| {
+                    sg.edges.iter().any(|e| {
+                        e.target == head
+                            && e.input == input
+                            && e.partitioner == PartitionerKind::Broadcast
+                    })
+                };
+                let channel_state = ChannelStateSetup {
+                    head,
+                    broadcast_inputs: [broadcast_input(1), broadcast_input(2)],
+                };
                 factory
                     .create_task(
                         receivers.remove(&ev.id).unwrap_or_default(),
                         chain,
                         cancel.clone(),
                         config.buffer_timeout,
+                        channel_state,
                     )
                     .map_err(WeirError::Internal)?
             }

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod chain;
 pub mod channel;
+pub mod channel_state;
 pub mod deployment;
 pub mod input_gate;
 pub mod job_definition;

@@ -10,6 +10,7 @@ use crate::graph::ids::NodeId;
 use crate::record::Record;
 use crate::runtime::chain::{ChainedNode, OneInputNode, OperatorChain, TwoInputNode};
 use crate::runtime::channel::{CancelToken, ChannelReceiver};
+use crate::runtime::channel_state::ChannelStateSetup;
 use crate::runtime::input_gate::InputGate;
 use crate::runtime::operators::{OneInputStreamOperator, TwoInputStreamOperator};
 use crate::runtime::source_task::{CoordinatorControl, ReaderEndpoint};
@@ -31,6 +32,7 @@ pub trait OperatorFactory: Send {
         chain: OperatorChain,
         cancel: CancelToken,
         buffer_timeout: Duration,
+        channel_state: ChannelStateSetup,
     ) -> Result<Box<dyn Invokable>, String>;
 }
 
@@ -88,15 +90,19 @@ where
         chain: OperatorChain,
         cancel: CancelToken,
         buffer_timeout: Duration,
+        channel_state: ChannelStateSetup,
     ) -> Result<Box<dyn Invokable>, String> {
         let input = receivers_of::<I>(&mut receivers, 1)?;
         if !receivers.is_empty() {
             return Err("a one-input operator got channels of a second input".into());
         }
+        let gate =
+            InputGate::new(input, cancel).with_channel_state(0, channel_state.broadcast_inputs[0]);
         Ok(Box::new(StreamTask::new(
-            OneInput::new(InputGate::new(input, cancel)),
+            OneInput::new(gate),
             chain,
             buffer_timeout,
+            channel_state.head,
         )))
     }
 }
@@ -145,16 +151,19 @@ where
         chain: OperatorChain,
         cancel: CancelToken,
         buffer_timeout: Duration,
+        channel_state: ChannelStateSetup,
     ) -> Result<Box<dyn Invokable>, String> {
         let first = receivers_of::<I1>(&mut receivers, 1)?;
         let second = receivers_of::<I2>(&mut receivers, 2)?;
+        let [broadcast_first, broadcast_second] = channel_state.broadcast_inputs;
         Ok(Box::new(StreamTask::new(
             TwoInputs::new(
-                InputGate::new(first, cancel.clone()),
-                InputGate::new(second, cancel),
+                InputGate::new(first, cancel.clone()).with_channel_state(0, broadcast_first),
+                InputGate::new(second, cancel).with_channel_state(1, broadcast_second),
             ),
             chain,
             buffer_timeout,
+            channel_state.head,
         )))
     }
 }

@@ -168,8 +168,19 @@ impl<T: Record> RecordWriter<T> {
         }
     }
 
-    /// Sends `event` on every channel, after the records buffered before it.
+    /// Sends `event` on every channel, after the records buffered before it. An unaligned
+    /// checkpoint's barrier goes ahead of everything first, on every channel's priority
+    /// lane — before the flush, which may wait for room — and then in order as well: the
+    /// receivers snapshot at the first, and the second marks where the records in flight
+    /// before the barrier end.
     pub fn emit_event(&mut self, event: &StreamEvent) -> Result<(), TaskError> {
+        if let StreamEvent::Barrier(barrier) = event {
+            if barrier.unaligned {
+                for channel in &self.channels {
+                    channel.send_priority(*barrier)?;
+                }
+            }
+        }
         self.flush()?;
         for channel in &self.channels {
             channel.send(StreamElement::Event(*event), &self.cancel)?;

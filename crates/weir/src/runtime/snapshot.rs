@@ -148,16 +148,27 @@ pub fn fire_due_processing_timers(chain: &mut OperatorChain) -> Result<Option<In
     }))
 }
 
+/// The channel state an unaligned snapshot is still capturing: it arrives on `state` once
+/// every channel's barrier is in, and is stored with operator `head` (the chain's first).
+pub struct PendingChannelState {
+    /// The chain head, whose list state carries the channel state.
+    pub head: NodeId,
+    /// Where the captured state comes from; dropped unsent when the capture is given up.
+    pub state: crossbeam_channel::Receiver<Vec<ListStateEntry>>,
+}
+
 /// Takes checkpoint `barrier` at a task running `chain`: the chain's operators do their
 /// pre-barrier work, the barrier leaves on every record writer, every operator's state is
 /// frozen, and the write is handed to a snapshot thread. `extra` holds state taken before
-/// the chain's (a source reader's position).
+/// the chain's (a source reader's position). An unaligned snapshot's thread also waits for
+/// its `channel_state` before it acknowledges.
 pub fn checkpoint_chain(
     chain: &mut OperatorChain,
     mut extra: Vec<OperatorSnapshot>,
     barrier: CheckpointBarrier,
     env: &TaskEnvironment,
     alignment_duration: Duration,
+    channel_state: Option<PendingChannelState>,
 ) -> Result<(), TaskError> {
     let started = Instant::now();
     let start_delay = Duration::from_millis(now_millis().saturating_sub(barrier.timestamp_millis));
@@ -167,6 +178,7 @@ pub fn checkpoint_chain(
         sync_duration: started.elapsed(),
         alignment_duration,
         start_delay,
+        unaligned: channel_state.is_some(),
         ..SubtaskCheckpointStats::default()
     };
     let Some(storage) = env.storage.clone() else {
@@ -182,6 +194,32 @@ pub fn checkpoint_chain(
         .name(format!("snapshot {id} {}", env.task_name))
         .spawn(move || {
             let write_started = Instant::now();
+            let mut persisted = 0;
+            if let Some(pending) = channel_state {
+                let Ok(lists) = pending.state.recv() else {
+                    drop(stats);
+                    let _ = events.send(TaskEvent::Decline {
+                        task,
+                        checkpoint_id: id,
+                        reason: "the capture of its in-flight records was given up".into(),
+                        subsumed: true,
+                    });
+                    return;
+                };
+                persisted = lists
+                    .iter()
+                    .flat_map(|l| l.items.iter().map(|i| i.len() as u64))
+                    .sum();
+                match extra.iter_mut().find(|s| s.node == pending.head) {
+                    Some(head) => head.lists.extend(lists),
+                    None if lists.is_empty() => {}
+                    None => extra.push(OperatorSnapshot {
+                        node: pending.head,
+                        keyed: None,
+                        lists,
+                    }),
+                }
+            }
             let written = catch_unwind(AssertUnwindSafe(|| {
                 write_snapshots(
                     storage.as_ref(),
@@ -202,6 +240,7 @@ pub fn checkpoint_chain(
                 Ok(states) => {
                     let mut stats = stats;
                     stats.async_duration = write_started.elapsed();
+                    stats.persisted_data = persisted;
                     stats.state_size = states.iter().map(|(_, s)| s.size()).sum();
                     stats.checkpointed_size = states.iter().map(|(_, s)| s.uploaded_size(id)).sum();
                     TaskEvent::Acknowledge {

@@ -251,6 +251,7 @@ impl<S: Source> SourceTask<S> {
             barrier,
             env,
             Duration::ZERO,
+            None,
         )?;
         if barrier.stop.is_some() {
             self.stop_at = Some(barrier);

@@ -31,6 +31,11 @@ pub struct CheckpointBarrier {
     /// channel, and every task ends once the savepoint completes (or carries on if it fails,
     /// without drain).
     pub stop: Option<StopMode>,
+    /// The checkpoint may be taken unaligned (FLIP-76): senders send the barrier ahead of
+    /// their queued output as well as in order, and a receiver snapshots at the first one it
+    /// sees (or when its alignment times out), storing the records that were in flight
+    /// before each channel's barrier as channel state. Only periodic checkpoints are.
+    pub unaligned: bool,
 }
 
 impl CheckpointBarrier {

@@ -6,13 +6,15 @@
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::barrier_handler::{BarrierAction, BarrierHandler};
+use crate::checkpoint::metadata::ListStateEntry;
 use crate::error::TaskError;
+use crate::graph::ids::NodeId;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::input_gate::GateNext;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{
     await_final_checkpoint, await_stop_savepoint, checkpoint_chain, fire_due_processing_timers,
-    CheckpointNotification, StopOutcome,
+    CheckpointNotification, PendingChannelState, StopOutcome,
 };
 use crate::runtime::stream_element::{CheckpointBarrier, StreamEvent};
 use crate::runtime::task::{Invokable, TaskControl, TaskEnvironment, TaskEvent};
@@ -44,11 +46,16 @@ pub struct StreamTask<In> {
     input_ended: bool,
     /// The task's watermark: the minimum over its active channels.
     valve: StatusWatermarkValve,
+    /// The chain head, whose list state carries the task's channel state.
+    head: NodeId,
+    /// The unaligned checkpoint whose in-flight records are being captured, and where its
+    /// snapshot thread waits for them.
+    capture: Option<(u64, crossbeam_channel::Sender<Vec<ListStateEntry>>)>,
 }
 
 impl<In: TaskInputs> StreamTask<In> {
-    /// A task reading `gate` into `chain`.
-    pub fn new(gate: In, chain: OperatorChain, buffer_timeout: Duration) -> Self {
+    /// A task reading `gate` into `chain`, whose first operator is `head`.
+    pub fn new(gate: In, chain: OperatorChain, buffer_timeout: Duration, head: NodeId) -> Self {
         let data_ended = vec![false; gate.num_channels()];
         Self {
             gate,
@@ -61,6 +68,83 @@ impl<In: TaskInputs> StreamTask<In> {
             valve: StatusWatermarkValve::new(data_ended.len()),
             data_ended,
             input_ended: false,
+            head,
+            capture: None,
+        }
+    }
+
+    /// Gives up the capture in progress (its snapshot thread then declines).
+    fn abort_capture(&mut self) {
+        if self.capture.take().is_some() {
+            self.gate.abort_capture();
+        }
+    }
+
+    /// Reads the capturing channels ahead and, once every channel's barrier is in, hands
+    /// the channel state to the snapshot thread.
+    fn progress_capture(&mut self) -> Result<(), TaskError> {
+        if self.capture.is_none() {
+            return Ok(());
+        }
+        self.gate.drain_captures()?;
+        if self.gate.capture_complete() {
+            if let Some((id, state)) = self.capture.take() {
+                let entries = self.gate.take_channel_state();
+                tracing::debug!(
+                    checkpoint = id,
+                    entries = entries.len(),
+                    "channel state captured"
+                );
+                // A snapshot thread that gave up (the write failed) no longer waits.
+                let _ = state.send(entries);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the barriers that overtook the channels' queues.
+    fn take_priority_barriers(
+        &mut self,
+        handler: &mut BarrierHandler,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
+        while let Some((_, barrier)) = self.gate.poll_priority() {
+            self.on_priority_barrier(barrier, handler, env)?;
+        }
+        Ok(())
+    }
+
+    fn on_priority_barrier(
+        &mut self,
+        barrier: CheckpointBarrier,
+        handler: &mut BarrierHandler,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
+        self.note_first_barrier(barrier);
+        let actions = handler.on_priority_barrier(barrier, &self.gate.open_flags(), Instant::now());
+        self.apply(actions, env)
+    }
+
+    /// An alignment that lasted the aligned-checkpoint timeout goes unaligned.
+    fn check_alignment_timeout(
+        &mut self,
+        handler: &mut BarrierHandler,
+        env: &TaskEnvironment,
+    ) -> Result<(), TaskError> {
+        let now = Instant::now();
+        if handler.alignment_deadline().is_some_and(|d| now >= d) {
+            let actions = handler.on_timer(&self.gate.open_flags(), now);
+            self.apply(actions, env)?;
+        }
+        Ok(())
+    }
+
+    fn note_first_barrier(&mut self, barrier: CheckpointBarrier) {
+        if self
+            .first_barrier
+            .is_none_or(|(id, _)| id < barrier.checkpoint_id)
+        {
+            self.first_barrier = Some((barrier.checkpoint_id, Instant::now()));
         }
     }
 
@@ -72,8 +156,33 @@ impl<In: TaskInputs> StreamTask<In> {
         for action in actions {
             match action {
                 BarrierAction::Block(channel) => self.gate.set_blocked(channel, true),
+                BarrierAction::SnapshotUnaligned { barrier, capture } => {
+                    self.gate.unblock_all();
+                    // A newer checkpoint overtakes an older capture still in progress.
+                    self.abort_capture();
+                    let alignment = match self.first_barrier.take() {
+                        Some((id, at)) if id == barrier.checkpoint_id => at.elapsed(),
+                        _ => Duration::ZERO,
+                    };
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    checkpoint_chain(
+                        &mut self.chain,
+                        Vec::new(),
+                        barrier,
+                        env,
+                        alignment,
+                        Some(PendingChannelState {
+                            head: self.head,
+                            state: rx,
+                        }),
+                    )?;
+                    self.gate.start_capture(barrier.checkpoint_id, &capture)?;
+                    self.capture = Some((barrier.checkpoint_id, tx));
+                    self.progress_capture()?;
+                }
                 BarrierAction::Snapshot(barrier) => {
                     self.gate.unblock_all();
+                    self.abort_capture();
                     let alignment = match self.first_barrier.take() {
                         Some((id, at)) if id == barrier.checkpoint_id => at.elapsed(),
                         _ => Duration::ZERO,
@@ -81,7 +190,7 @@ impl<In: TaskInputs> StreamTask<In> {
                     // A draining stop's barrier makes the chain end its input before the
                     // snapshot (the operators see it first); all input before it is processed,
                     // and the sources sent nothing after it.
-                    checkpoint_chain(&mut self.chain, Vec::new(), barrier, env, alignment)?;
+                    checkpoint_chain(&mut self.chain, Vec::new(), barrier, env, alignment, None)?;
                     if barrier.is_final {
                         self.final_checkpoint = Some(barrier.checkpoint_id);
                     }
@@ -116,6 +225,9 @@ impl<In: TaskInputs> StreamTask<In> {
                         if handler.on_abort(id) {
                             self.gate.unblock_all();
                             self.first_barrier = None;
+                        }
+                        if self.capture.as_ref().is_some_and(|(c, _)| *c == id) {
+                            self.abort_capture();
                         }
                     }
                     CheckpointNotification::Complete(id) => {
@@ -241,6 +353,8 @@ impl<In: TaskInputs> StreamTask<In> {
                 self.gate.mark_finished(channel);
                 let released = self.valve.channel_finished(channel);
                 self.apply_valve(released)?;
+                // An ended channel has nothing more in flight: a capture may be complete.
+                self.progress_capture()?;
                 // A channel that closed without its end of data ended its data too.
                 self.end_data_if_all_ended()?;
                 let actions = handler.on_channel_finished(&self.gate.open_flags());
@@ -259,13 +373,9 @@ impl<In: TaskInputs> StreamTask<In> {
                 while let Ok(control) = env.control.try_recv() {
                     self.on_control(control, handler)?;
                 }
-                if self
-                    .first_barrier
-                    .is_none_or(|(id, _)| id < barrier.checkpoint_id)
-                {
-                    self.first_barrier = Some((barrier.checkpoint_id, Instant::now()));
-                }
-                let actions = handler.on_barrier(channel, barrier, &self.gate.open_flags());
+                self.note_first_barrier(barrier);
+                let actions =
+                    handler.on_barrier(channel, barrier, &self.gate.open_flags(), Instant::now());
                 self.apply(actions, env)?;
                 Ok(false)
             }
@@ -280,13 +390,26 @@ impl<In: TaskInputs> Invokable for StreamTask<In> {
             self.end_data()?;
             return self.chain.end_stream();
         }
-        let mut handler = BarrierHandler::new(env.mode);
+        let mut handler =
+            BarrierHandler::new(env.mode).with_aligned_timeout(env.aligned_checkpoint_timeout);
+        let unaligned = env.unaligned;
+        if unaligned {
+            self.gate.watch_priority();
+        }
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
         loop {
             while let Ok(control) = env.control.try_recv() {
                 self.on_control(control, &mut handler)?;
             }
-            let timer_deadline = self.fire_due_timers()?;
+            if unaligned {
+                self.take_priority_barriers(&mut handler, env)?;
+                self.check_alignment_timeout(&mut handler, env)?;
+                self.progress_capture()?;
+            }
+            let timer_deadline = match (self.fire_due_timers()?, handler.alignment_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let (channel, element) = match self.gate.poll()? {
                 Some(ready) => ready,
                 None => {
@@ -299,6 +422,10 @@ impl<In: TaskInputs> Invokable for StreamTask<In> {
                             continue;
                         }
                         GateNext::Timeout => continue,
+                        GateNext::Priority(_, barrier) => {
+                            self.on_priority_barrier(barrier, &mut handler, env)?;
+                            continue;
+                        }
                     }
                 }
             };

@@ -7,10 +7,13 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::checkpoint::metadata::ListStateEntry;
+use crate::error::TaskError;
 use crate::graph::partitioner::PartitionerKind;
 use crate::record::Record;
 use crate::runtime::chain::{ChainedNode, SideOutputSlot};
 use crate::runtime::channel::{channel, CancelToken, ChannelSender};
+use crate::runtime::channel_state::restore_batches;
 use crate::runtime::key_selector::KeyGroupOf;
 use crate::runtime::network::connection::{remote_receiver, ChannelInbox};
 use crate::runtime::network::credit::{CreditReturn, RemoteSender};
@@ -46,6 +49,13 @@ pub trait StreamType: Send + Sync {
     fn type_name(&self) -> &'static str;
     /// A bounded channel: (`ChannelSender<T>`, `ChannelReceiver<T>`).
     fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
+    /// The in-flight records of input `input` (0 or 1) in restored channel state `entries`,
+    /// as boxed `RecordBatch<T>`s.
+    fn in_flight_batches(
+        &self,
+        entries: &[ListStateEntry],
+        input: u8,
+    ) -> Result<Vec<AnyBox>, TaskError>;
     /// A record writer to `senders`, the chain node that sends records to other tasks.
     fn record_writer(
         &self,
@@ -97,6 +107,17 @@ impl<T: Record> StreamType for TypeOf<T> {
     fn channel(&self, capacity: usize) -> (AnyBox, AnyBox) {
         let (tx, rx) = channel::<T>(capacity);
         (Box::new(tx), Box::new(rx))
+    }
+
+    fn in_flight_batches(
+        &self,
+        entries: &[ListStateEntry],
+        input: u8,
+    ) -> Result<Vec<AnyBox>, TaskError> {
+        Ok(restore_batches::<T>(entries, input)?
+            .into_iter()
+            .map(|b| Box::new(b) as AnyBox)
+            .collect())
     }
 
     fn record_writer(

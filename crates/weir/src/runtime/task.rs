@@ -42,6 +42,10 @@ pub struct TaskEnvironment {
     pub mode: CheckpointingMode,
     /// Whether periodic checkpoints are taken.
     pub checkpointing: bool,
+    /// Whether unaligned checkpoints are on (tasks read their channels' priority lanes).
+    pub unaligned: bool,
+    /// How long a task aligns an unaligned-capable barrier before it snapshots unaligned.
+    pub aligned_checkpoint_timeout: std::time::Duration,
     /// Operator list state above this many bytes per operator subtask goes into a state
     /// file instead of the metadata.
     pub state_file_threshold: u64,

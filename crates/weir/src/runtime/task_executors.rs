@@ -227,6 +227,8 @@ pub fn start_tasks(
             mode,
             checkpointing,
             state_file_threshold: job.config.checkpoint.state_file_threshold,
+            unaligned: checkpointing && job.config.checkpoint.unaligned,
+            aligned_checkpoint_timeout: job.config.checkpoint.aligned_checkpoint_timeout,
             cancel: cancel.clone(),
             snapshot_threads: std::cell::RefCell::new(Vec::new()),
             metrics,

@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Select};
 
+use crate::checkpoint::metadata::ListStateEntry;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::OperatorChain;
 use crate::runtime::input_gate::{GateNext, InputGate};
-use crate::runtime::stream_element::{StreamElement, StreamEvent};
+use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
 use crate::runtime::task::TaskControl;
 
 /// What a read of the inputs yielded: records (held by the inputs until
@@ -51,6 +52,22 @@ pub trait TaskInputs: Send {
     fn open_flags(&self) -> Vec<bool>;
     /// Whether every channel has ended.
     fn is_finished(&self) -> bool;
+
+    // Unaligned checkpoints (see `InputGate`).
+    /// Reads the priority lanes from now on.
+    fn watch_priority(&mut self);
+    /// A barrier that overtook a channel's queue, if one waits.
+    fn poll_priority(&mut self) -> Option<(usize, CheckpointBarrier)>;
+    /// Starts capturing checkpoint `id`'s in-flight records on `channels`.
+    fn start_capture(&mut self, id: u64, channels: &[usize]) -> Result<(), TaskError>;
+    /// Reads capturing channels ahead as far as they have elements.
+    fn drain_captures(&mut self) -> Result<(), TaskError>;
+    /// Whether every capture has reached its channel's barrier or end.
+    fn capture_complete(&self) -> bool;
+    /// Gives up the capture in progress.
+    fn abort_capture(&mut self);
+    /// The captured channel state.
+    fn take_channel_state(&mut self) -> Vec<ListStateEntry>;
 }
 
 fn event_of<T>(element: StreamElement<T>, pending: &mut Option<RecordBatch<T>>) -> InputEvent {
@@ -100,6 +117,7 @@ impl<T: Record> TaskInputs for OneInput<T> {
             }
             GateNext::Other(control) => GateNext::Other(control),
             GateNext::Timeout => GateNext::Timeout,
+            GateNext::Priority(channel, barrier) => GateNext::Priority(channel, barrier),
         })
     }
     fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError> {
@@ -126,6 +144,27 @@ impl<T: Record> TaskInputs for OneInput<T> {
     fn is_finished(&self) -> bool {
         self.gate.is_finished()
     }
+    fn watch_priority(&mut self) {
+        self.gate.watch_priority();
+    }
+    fn poll_priority(&mut self) -> Option<(usize, CheckpointBarrier)> {
+        self.gate.poll_priority()
+    }
+    fn start_capture(&mut self, id: u64, channels: &[usize]) -> Result<(), TaskError> {
+        self.gate.start_capture(id, channels)
+    }
+    fn drain_captures(&mut self) -> Result<(), TaskError> {
+        self.gate.drain_captures()
+    }
+    fn capture_complete(&self) -> bool {
+        self.gate.capture_complete()
+    }
+    fn abort_capture(&mut self) {
+        self.gate.abort_capture();
+    }
+    fn take_channel_state(&mut self) -> Vec<ListStateEntry> {
+        self.gate.take_channel_state()
+    }
 }
 
 /// The two inputs of a two-input task (connected streams): channels `0..n1` are the first
@@ -139,7 +178,7 @@ pub struct TwoInputs<A, B> {
     second_next: bool,
 }
 
-impl<A, B> TwoInputs<A, B> {
+impl<A: Record, B: Record> TwoInputs<A, B> {
     /// Reads `first` and `second`.
     pub fn new(first: InputGate<A>, second: InputGate<B>) -> Self {
         Self {
@@ -199,6 +238,17 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
         let n = self.first.num_channels();
         let first = self.first.readable();
         let second = self.second.readable();
+        let lanes: Vec<(usize, &Receiver<CheckpointBarrier>)> = self
+            .first
+            .priority_lanes()
+            .into_iter()
+            .chain(
+                self.second
+                    .priority_lanes()
+                    .into_iter()
+                    .map(|(c, rx)| (n + c, rx)),
+            )
+            .collect();
         let mut select = Select::new();
         select.recv(cancel.receiver());
         select.recv(side);
@@ -206,6 +256,9 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
             select.recv(rx);
         }
         for (_, rx) in &second {
+            select.recv(rx);
+        }
+        for (_, rx) in &lanes {
             select.recv(rx);
         }
         crate::metrics::CurrentTask::set_input_queue(0);
@@ -231,6 +284,19 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
                 Err(_) => Err(TaskError::Cancelled),
             };
         }
+        if index - 2 >= first.len() + second.len() {
+            let (channel, rx) = lanes[index - 2 - first.len() - second.len()];
+            // A lane whose producer ended is seen closed by the next `poll_priority`.
+            return Ok(match operation.recv(rx) {
+                Ok(barrier) => GateNext::Priority(channel, barrier),
+                Err(_) => {
+                    drop((first, second, lanes));
+                    self.poll_priority()
+                        .map_or(GateNext::Timeout, |(c, b)| GateNext::Priority(c, b))
+                }
+            });
+        }
+        drop(lanes);
         if index - 2 < first.len() {
             let (channel, rx) = first[index - 2];
             let element = match operation.recv(rx) {
@@ -241,7 +307,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
                 }
             };
             drop((first, second));
-            self.first.was_read(channel);
+            self.first.was_read(channel, &element)?;
             self.pending_second = None;
             Ok(GateNext::Element(
                 channel,
@@ -257,7 +323,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
                 }
             };
             drop((first, second));
-            self.second.was_read(channel);
+            self.second.was_read(channel, &element)?;
             self.pending_first = None;
             Ok(GateNext::Element(
                 n + channel,
@@ -305,5 +371,38 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
     }
     fn is_finished(&self) -> bool {
         self.first.is_finished() && self.second.is_finished()
+    }
+    fn watch_priority(&mut self) {
+        self.first.watch_priority();
+        self.second.watch_priority();
+    }
+    fn poll_priority(&mut self) -> Option<(usize, CheckpointBarrier)> {
+        let n = self.first.num_channels();
+        self.first
+            .poll_priority()
+            .or_else(|| self.second.poll_priority().map(|(c, b)| (n + c, b)))
+    }
+    fn start_capture(&mut self, id: u64, channels: &[usize]) -> Result<(), TaskError> {
+        let n = self.first.num_channels();
+        let (first, second): (Vec<usize>, Vec<usize>) = channels.iter().partition(|c| **c < n);
+        self.first.start_capture(id, &first)?;
+        let second: Vec<usize> = second.into_iter().map(|c| c - n).collect();
+        self.second.start_capture(id, &second)
+    }
+    fn drain_captures(&mut self) -> Result<(), TaskError> {
+        self.first.drain_captures()?;
+        self.second.drain_captures()
+    }
+    fn capture_complete(&self) -> bool {
+        self.first.capture_complete() && self.second.capture_complete()
+    }
+    fn abort_capture(&mut self) {
+        self.first.abort_capture();
+        self.second.abort_capture();
+    }
+    fn take_channel_state(&mut self) -> Vec<ListStateEntry> {
+        let mut entries = self.first.take_channel_state();
+        entries.extend(self.second.take_channel_state());
+        entries
     }
 }

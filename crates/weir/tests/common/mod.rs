@@ -257,3 +257,28 @@ impl weir::ProcessFunction<u64, String> for MarkEnd {
         Ok(())
     }
 }
+
+/// A keyed count through a KeyedProcessFunction with value state.
+#[derive(Clone, Default)]
+pub struct CountPerKey {
+    count: Option<weir::ValueState<u64>>,
+}
+
+impl weir::KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
+    fn open(&mut self, _ctx: &weir::RuntimeContext) -> Result<(), weir::BoxError> {
+        self.count = Some(weir::ValueState::new("count"));
+        Ok(())
+    }
+    fn process_element(
+        &mut self,
+        _value: u64,
+        ctx: &mut weir::KeyedContext<'_, u64>,
+        out: &mut weir::Collector<'_, (u64, u64)>,
+    ) -> Result<(), weir::BoxError> {
+        let state = self.count.as_ref().ok_or("not opened")?;
+        let n = state.value(ctx)?.unwrap_or(0) + 1;
+        state.update(ctx, n)?;
+        out.collect((*ctx.current_key(), n));
+        Ok(())
+    }
+}

@@ -134,6 +134,10 @@ pub struct OperatorChain {
     batch_size: usize,
     /// The last watermark passed to the entry nodes.
     entry_watermark: Option<Watermark>,
+    /// Restored in-flight records (an unaligned checkpoint's channel state): per node
+    /// position and input (1 or 2), boxed `RecordBatch`es pushed into it when the chain
+    /// opens, before the task reads anything.
+    in_flight: Vec<(usize, u8, Box<dyn Any + Send>)>,
 }
 
 impl OperatorChain {
@@ -155,7 +159,22 @@ impl OperatorChain {
             entry,
             batch_size: batch_size.max(1),
             entry_watermark: None,
+            in_flight: Vec::new(),
         })
+    }
+
+    /// Replays `batches` (boxed `RecordBatch`es of its input type) into the node at
+    /// `position`, as its input `input` (1 or 2), when the chain opens. Whichever task the
+    /// node's old chain was, its in-flight records go to it, also when it is chained
+    /// differently now (a single-subtask exchange chains at parallelism 1).
+    pub fn replay_on_open(
+        &mut self,
+        position: usize,
+        input: u8,
+        batches: Vec<Box<dyn Any + Send>>,
+    ) {
+        self.in_flight
+            .extend(batches.into_iter().map(|b| (position, input, b)));
     }
 
     /// Checks that a node emitting `output` may feed the node at `successor`.
@@ -194,7 +213,19 @@ impl OperatorChain {
 
     /// Opens every node, the tail first, so that no operator emits into one not yet open.
     pub fn open(&mut self) -> Result<(), TaskError> {
-        self.nodes.iter_mut().rev().try_for_each(|n| n.open())
+        self.nodes.iter_mut().rev().try_for_each(|n| n.open())?;
+        for (position, input, mut batch) in std::mem::take(&mut self.in_flight) {
+            let (node, rest) = self.nodes[position..]
+                .split_first_mut()
+                .ok_or_else(|| TaskError::Internal("in-flight records for no node".into()))?;
+            let batch = &mut *batch as &mut dyn Any;
+            if input == 2 {
+                node.process_records_second(batch, rest)?;
+            } else {
+                node.process_records(batch, rest)?;
+            }
+        }
+        Ok(())
     }
 
     /// The output the task's input writes into (a source reader's, or the input gate's).
@@ -519,6 +550,7 @@ mod tests {
             timestamp_millis: 0,
             snapshot_type: crate::runtime::stream_element::SnapshotType::Checkpoint,
             is_final: false,
+            unaligned: false,
             stop: None,
         };
         chain.checkpoint(barrier, &mut Vec::new()).unwrap();

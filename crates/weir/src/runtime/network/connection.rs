@@ -19,7 +19,7 @@ use super::credit::{CreditReturn, LinkState, Outbound, RemoteSender};
 use super::frame::{write_close, write_credit, Frame, FrameReader};
 use super::NetworkError;
 use crate::runtime::channel::ChannelReceiver;
-use crate::runtime::stream_element::StreamElement;
+use crate::runtime::stream_element::{CheckpointBarrier, StreamElement};
 
 /// Most credits one frame may grant; more is a protocol error (a window is a few batches).
 const MAX_CREDITS_PER_FRAME: u32 = 1 << 16;
@@ -31,10 +31,13 @@ const IO_BUFFER: usize = 64 * 1024;
 pub trait ChannelInbox: Send {
     /// Decodes one element and queues it; an error fails the connection.
     fn deliver(&self, payload: &[u8]) -> Result<(), String>;
+    /// Decodes a barrier sent ahead of the queue and puts it on the priority lane.
+    fn deliver_priority(&self, payload: &[u8]) -> Result<(), String>;
 }
 
 struct TypedInbox<T> {
     tx: Sender<StreamElement<T>>,
+    priority: Sender<CheckpointBarrier>,
     /// Bytes received for the channel.
     received: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -57,6 +60,14 @@ impl<T: DeserializeOwned + Send> ChannelInbox for TypedInbox<T> {
             Err(crossbeam_channel::TrySendError::Disconnected(_)) => Ok(()),
         }
     }
+
+    fn deliver_priority(&self, payload: &[u8]) -> Result<(), String> {
+        let barrier: CheckpointBarrier =
+            postcard::from_bytes(payload).map_err(|e| format!("undecodable barrier: {e}"))?;
+        // A receiving task that ended needs no barrier.
+        let _ = self.priority.send(barrier);
+        Ok(())
+    }
 }
 
 /// The receiving end of a remote channel with room for `capacity` elements, and the inbox
@@ -66,10 +77,15 @@ pub fn remote_receiver<T: DeserializeOwned + Send + 'static>(
     credit: CreditReturn,
 ) -> (ChannelReceiver<T>, Box<dyn ChannelInbox>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
+    let (priority, priority_rx) = crossbeam_channel::unbounded();
     let received = credit.received_counter();
     (
-        ChannelReceiver::remote(rx, credit),
-        Box::new(TypedInbox { tx, received }),
+        ChannelReceiver::remote(rx, priority_rx, credit),
+        Box::new(TypedInbox {
+            tx,
+            priority,
+            received,
+        }),
     )
 }
 
@@ -314,6 +330,17 @@ fn read_loop(stream: TcpStream, max_frame: usize, link: &LinkState, routes: &Sha
                     ));
                 };
                 if let Err(reason) = inbox.deliver(payload) {
+                    break Some(format!("channel {channel}: {reason}"));
+                }
+            }
+            Ok(Some(Frame::Priority { channel, payload })) => {
+                let routes = lock(routes);
+                let Some(inbox) = routes.inboxes.get(&channel) else {
+                    break Some(format!(
+                        "a barrier for channel {channel}, which has no receiver here"
+                    ));
+                };
+                if let Err(reason) = inbox.deliver_priority(payload) {
                     break Some(format!("channel {channel}: {reason}"));
                 }
             }

@@ -10,10 +10,10 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use serde::Serialize;
 
-use super::frame::data_frame;
+use super::frame::{data_frame, priority_frame};
 use crate::error::TaskError;
 use crate::runtime::channel::CancelToken;
-use crate::runtime::stream_element::StreamElement;
+use crate::runtime::stream_element::{CheckpointBarrier, StreamElement};
 
 /// What a connection's writer thread sends: encoded data frames, and credits (which it
 /// merges per channel before writing).
@@ -148,6 +148,20 @@ impl RemoteSender {
             ));
         }
         crate::metrics::CurrentTask::sent_bytes(frame.len());
+        self.out
+            .send(Outbound::Data(frame))
+            .map_err(|_| self.link.lost())
+    }
+
+    /// Sends `barrier` ahead of the channel's queue: it spends no credit, so a sender
+    /// waiting for credits is never what holds an unaligned checkpoint back.
+    pub fn send_priority(&self, barrier: &CheckpointBarrier) -> Result<(), TaskError> {
+        let frame = priority_frame(self.channel, barrier).map_err(|e| {
+            TaskError::Internal(format!(
+                "cannot encode a barrier for channel {}: {e}",
+                self.channel
+            ))
+        })?;
         self.out
             .send(Outbound::Data(frame))
             .map_err(|_| self.link.lost())

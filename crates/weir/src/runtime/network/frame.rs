@@ -9,6 +9,8 @@
 //!   kind 1, data:   body = one postcard-encoded StreamElement (a batch or an event)
 //!   kind 2, credit: body = u32 number of elements the sender may send
 //!   kind 3, close:  no body (channel 0); the last frame of a direction that ends normally
+//!   kind 4, priority: body = one postcard-encoded CheckpointBarrier sent ahead of the
+//!                   channel's queue (an unaligned checkpoint's); it spends no credit
 //! ```
 //!
 //! A direction that ends without a close frame was cut: the reader reports it as a failure,
@@ -36,6 +38,7 @@ const MAX_HELLO: usize = 64 * 1024;
 const KIND_DATA: u8 = 1;
 const KIND_CREDIT: u8 = 2;
 const KIND_CLOSE: u8 = 3;
+const KIND_PRIORITY: u8 = 4;
 
 /// One run of a job's tasks: the JobManager's epoch (fencing token) and the attempt number
 /// within it. Connections, and the channels on them, belong to one run.
@@ -85,13 +88,32 @@ pub enum Frame<'a> {
     },
     /// The peer ends this direction normally: nothing follows.
     Close,
+    /// An unaligned checkpoint's barrier for `channel`, ahead of its queued elements.
+    Priority {
+        /// The channel's index in the ExecutionGraph.
+        channel: u32,
+        /// The postcard-encoded barrier.
+        payload: &'a [u8],
+    },
 }
 
 /// Encodes `element` as a complete data frame of `channel`, ready to be written.
 pub fn data_frame<E: Serialize>(channel: u32, element: &E) -> Result<Vec<u8>, postcard::Error> {
+    frame_of(KIND_DATA, channel, element)
+}
+
+/// Encodes `barrier` as a complete priority frame of `channel`.
+pub fn priority_frame(
+    channel: u32,
+    barrier: &crate::runtime::stream_element::CheckpointBarrier,
+) -> Result<Vec<u8>, postcard::Error> {
+    frame_of(KIND_PRIORITY, channel, barrier)
+}
+
+fn frame_of<E: Serialize>(kind: u8, channel: u32, element: &E) -> Result<Vec<u8>, postcard::Error> {
     let mut frame = Vec::with_capacity(256);
     frame.extend_from_slice(&[0; LENGTH]);
-    frame.push(KIND_DATA);
+    frame.push(kind);
     frame.extend_from_slice(&channel.to_le_bytes());
     let mut frame = postcard::to_extend(element, frame)?;
     let length = (frame.len() - LENGTH) as u32;
@@ -206,6 +228,10 @@ impl<R: Read> FrameReader<R> {
                     body.len()
                 ))),
             },
+            KIND_PRIORITY => Ok(Some(Frame::Priority {
+                channel,
+                payload: body,
+            })),
             KIND_CLOSE if body.is_empty() => Ok(Some(Frame::Close)),
             KIND_CLOSE => Err(self.protocol("a close frame with a body")),
             other => Err(self.protocol(format!("unknown frame kind {other}"))),
@@ -312,6 +338,7 @@ mod tests {
                 Frame::Data { channel, payload } => (1, channel, payload.to_vec()),
                 Frame::Credit { channel, credits } => (2, channel, credits.to_le_bytes().to_vec()),
                 Frame::Close => (3, 0, Vec::new()),
+                Frame::Priority { channel, payload } => (4, channel, payload.to_vec()),
             });
         }
         Ok(out)
@@ -326,10 +353,23 @@ mod tests {
         wire.extend(
             data_frame(9, &StreamElement::<String>::Event(StreamEvent::EndOfStream)).unwrap(),
         );
+        let barrier = crate::runtime::stream_element::CheckpointBarrier {
+            checkpoint_id: 5,
+            timestamp_millis: 1,
+            snapshot_type: crate::runtime::stream_element::SnapshotType::Checkpoint,
+            is_final: false,
+            stop: None,
+            unaligned: true,
+        };
+        wire.extend(priority_frame(9, &barrier).unwrap());
         write_close(&mut wire).unwrap();
         let frames = read_all(&wire, 1 << 20).unwrap();
-        assert_eq!(frames.len(), 4);
-        assert_eq!(frames[3], (3, 0, Vec::new()));
+        assert_eq!(frames.len(), 5);
+        assert_eq!(frames[4], (3, 0, Vec::new()));
+        assert_eq!((frames[3].0, frames[3].1), (4, 9));
+        let decoded: crate::runtime::stream_element::CheckpointBarrier =
+            postcard::from_bytes(&frames[3].2).unwrap();
+        assert_eq!(decoded, barrier);
         assert_eq!((frames[0].0, frames[0].1), (1, 7));
         let decoded: StreamElement<String> = postcard::from_bytes(&frames[0].2).unwrap();
         assert_eq!(decoded, element);

@@ -137,6 +137,7 @@ pub fn savepoint(id: u64) -> CheckpointBarrier {
         timestamp_millis: 0,
         snapshot_type: SnapshotType::Savepoint,
         is_final: false,
+        unaligned: false,
         stop: None,
     }
 }
