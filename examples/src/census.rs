@@ -203,6 +203,11 @@ pub struct CensusOptions {
     pub allow_duplicates: bool,
     /// Stop with a savepoint once this many rows were read in this run.
     pub stop_after_rows: Option<u64>,
+    /// Unaligned checkpoints (`execution.checkpointing.unaligned.enabled`).
+    pub unaligned: bool,
+    /// A pause after every aggregated row (backpressure, for tests of checkpoints with
+    /// records in flight).
+    pub slow_aggregation: Option<Duration>,
 }
 
 impl CensusOptions {
@@ -223,6 +228,8 @@ impl CensusOptions {
             local_recovery: Some(work_dir.join("local-recovery")),
             allow_duplicates: false,
             stop_after_rows: None,
+            unaligned: false,
+            slow_aggregation: None,
         }
     }
 }
@@ -247,6 +254,7 @@ pub fn build_with_progress(
 ) -> Result<(StreamExecutionEnvironment, Arc<AtomicU64>)> {
     let mut checkpointing = CheckpointConfig::default()
         .with_interval(options.checkpoint_interval)
+        .with_unaligned(options.unaligned)
         .with_retained(2)
         .with_retention_on_cancel(RetentionOnCancel::Retain)
         .with_storage(match &options.checkpoint_storage {
@@ -293,6 +301,16 @@ pub fn build_with_progress(
         .process(HoursByClass::default())
         .name("hours by class")
         .uid("hours-by-class");
+    let stream = match options.slow_aggregation {
+        Some(pause) => stream
+            .map(move |line: String| {
+                std::thread::sleep(pause);
+                line
+            })
+            .name("slow aggregation")
+            .uid("slow-aggregation"),
+        None => stream,
+    };
     match options.sink {
         SinkKind::TwoPhaseCommit => {
             let TwoPhaseCommit(inner) = FileSink::<String>::lines(&options.output)

@@ -11,7 +11,9 @@
 //! - `stop_with_savepoint`: from the stop-with-savepoint's first operation to the end of the
 //!   run, after which `--resume` continues from the savepoint;
 //! - `bounded_end`: from the final checkpoint of a bounded run through its clean-up;
-//! - `second_kill`: anywhere in a fresh run, and the recovery is killed once more.
+//! - `second_kill`: anywhere in a fresh run, and the recovery is killed once more;
+//! - `unaligned`: anywhere in a fresh run (and one whose recovery is killed again) with
+//!   unaligned checkpoints under backpressure, whose checkpoints store records in flight.
 //!
 //! CI runs a sample of each window. `WEIR_CRASH_SWEEP=full` tries every point (see
 //! `scripts/crash-sweep.sh`), `WEIR_CRASH_SWEEP=n` n of them, and `WEIR_CRASH_POINT=n`
@@ -53,10 +55,19 @@ struct Sweep {
     sink: &'static str,
     kind: Kind,
     data: PathBuf,
+    /// Options of every run (unaligned checkpoints under backpressure, say).
+    extra: &'static [&'static str],
 }
 
 /// A census command on `work` over `data`.
-fn census(work: &Path, data: &Path, sink: &'static str, resume: bool, parallelism: u32) -> Command {
+fn census(
+    work: &Path,
+    data: &Path,
+    sink: &'static str,
+    resume: bool,
+    parallelism: u32,
+    extra: &[&str],
+) -> Command {
     Census {
         work: work.to_path_buf(),
         data: data.to_path_buf(),
@@ -64,14 +75,14 @@ fn census(work: &Path, data: &Path, sink: &'static str, resume: bool, parallelis
         rate: RATE,
         interval_ms: CHECKPOINT_INTERVAL_MS,
     }
-    .command(resume, parallelism, &[])
+    .command(resume, parallelism, extra)
 }
 
 impl Sweep {
     /// The swept run of a trial in `work`.
     fn swept_run(&self, work: &Path) -> Command {
         let resume = self.kind == Kind::Resumed;
-        let mut command = census(work, &self.data, self.sink, resume, 2);
+        let mut command = census(work, &self.data, self.sink, resume, 2, self.extra);
         if self.kind == Kind::StopWithSavepoint {
             command.args(["--stop-after-rows", &(input_rows() / 2).to_string()]);
         }
@@ -84,7 +95,7 @@ impl Sweep {
         if self.kind != Kind::Resumed {
             return Ok(());
         }
-        let mut first = census(work, &self.data, self.sink, false, 2);
+        let mut first = census(work, &self.data, self.sink, false, 2, self.extra);
         inject(&mut first, work, Fault::KillAt(total / 2), None);
         first.output().map_err(|e| e.to_string())?;
         Ok(())
@@ -101,7 +112,7 @@ impl Sweep {
             let probe_work = absolute(probe.path()).join("work");
             std::fs::create_dir_all(&probe_work).unwrap();
             let probe_log = absolute(probe.path()).join("ops.log");
-            let mut fresh = census(&probe_work, &self.data, self.sink, false, 2);
+            let mut fresh = census(&probe_work, &self.data, self.sink, false, 2, self.extra);
             inject(&mut fresh, &probe_work, Fault::None, Some(&probe_log));
             fresh.output().unwrap();
             self.prepare(&work, read_log(&probe_log).len() as u64)
@@ -149,16 +160,23 @@ impl Sweep {
         let recovery_parallelism = if self.kind == Kind::Rescaled { 3 } else { 2 };
         if self.kind == Kind::SecondKill {
             let mut rng = Rng(seed ^ point);
-            let mut recovery = census(&work, &self.data, self.sink, true, 2);
+            let mut recovery = census(&work, &self.data, self.sink, true, 2, self.extra);
             let again = 1 + rng.below(total.max(2) / 2);
             inject(&mut recovery, &work, Fault::KillAt(again), None);
             recovery.output().map_err(|e| e.to_string())?;
         }
         let mut last = None;
         for _ in 0..3 {
-            let output = census(&work, &self.data, self.sink, true, recovery_parallelism)
-                .output()
-                .map_err(|e| e.to_string())?;
+            let output = census(
+                &work,
+                &self.data,
+                self.sink,
+                true,
+                recovery_parallelism,
+                self.extra,
+            )
+            .output()
+            .map_err(|e| e.to_string())?;
             if output.status.success() {
                 last = None;
                 break;
@@ -228,15 +246,30 @@ impl Sweep {
 }
 
 fn sweep(name: &str, sink: &'static str, kind: Kind, sample: usize) {
+    sweep_with(name, sink, kind, sample, &[]);
+}
+
+fn sweep_with(
+    name: &str,
+    sink: &'static str,
+    kind: Kind,
+    sample: usize,
+    extra: &'static [&'static str],
+) {
     let dir = tempfile::tempdir().unwrap();
     let sweep = Sweep {
         name: name.to_string(),
         sink,
         kind,
         data: small_data(&absolute(dir.path()), ROWS_PER_FILE),
+        extra,
     };
     sweep.run(sample);
 }
+
+/// Unaligned checkpoints under backpressure: the aggregation pauses after each row, so
+/// checkpoints store records in flight, which the recoveries replay.
+const UNALIGNED: &[&str] = &["--unaligned", "--slow-aggregation-us", "1000"];
 
 #[test]
 fn fresh_2pc() {
@@ -306,4 +339,23 @@ fn second_kill_2pc() {
 #[test]
 fn second_kill_wal() {
     sweep("second_kill_wal", "wal", Kind::SecondKill, 6);
+}
+
+#[test]
+fn unaligned_2pc() {
+    sweep_with("unaligned_2pc", "2pc", Kind::Fresh, 8, UNALIGNED);
+}
+
+// Not rescaled: under backpressure one subtask's input often ends well before the other's,
+// and a checkpoint taken in between cannot be restored at another parallelism (refused with
+// a clear error); `unaligned_checkpoints.rs` rescales 2 -> 3 -> 1 with records in flight.
+#[test]
+fn unaligned_second_kill_wal() {
+    sweep_with(
+        "unaligned_second_kill_wal",
+        "wal",
+        Kind::SecondKill,
+        6,
+        UNALIGNED,
+    );
 }

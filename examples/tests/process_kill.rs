@@ -19,22 +19,19 @@ fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
 }
 
-fn spawn(work: &Path, sink: &str, resume: bool) -> (Child, mpsc::Receiver<String>) {
+fn spawn(work: &Path, sink: &str, resume: bool, extra: &[&str]) -> (Child, mpsc::Receiver<String>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_census"));
     command
         .arg("--work-dir")
         .arg(work)
         .args(["--quiet", "--sink", sink, "--fail-after-rows", "0"])
-        .args([
-            "--rate",
-            "25000",
-            "--checkpoint-interval-ms",
-            "80",
-            "--commit-delay-ms",
-            "40",
-        ])
+        .args(["--checkpoint-interval-ms", "80", "--commit-delay-ms", "40"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if !extra.contains(&"--rate") {
+        command.args(["--rate", "25000"]);
+    }
     if resume {
         command.arg("--resume");
     }
@@ -63,8 +60,29 @@ enum Kill {
     DuringRestore(u64),
 }
 
-fn kill_test(sink: &str) {
-    for seed in seeds(3) {
+/// Records in flight stored by the checkpoints retained under `work` (the channel state of
+/// unaligned checkpoints), in list items.
+fn in_flight_items(work: &Path) -> usize {
+    let job = work.join("checkpoints").join(census::JOB_NAME);
+    let Ok(entries) = std::fs::read_dir(&job) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read(e.path().join("_metadata")).ok())
+        .filter_map(|bytes| weir::checkpoint::metadata::CheckpointMetadata::decode(&bytes).ok())
+        .flat_map(|m| m.operators)
+        .flat_map(|o| o.subtasks)
+        .flat_map(|s| s.lists)
+        .filter(|l| weir::runtime::channel_state::is_channel_state(&l.name))
+        .map(|l| l.items.len())
+        .sum()
+}
+
+fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
+    let unaligned = extra.contains(&"--unaligned");
+    let mut stored_in_flight = 0;
+    for seed in seeds(default_seeds) {
         let mut rng = Rng(seed * 7919 + u64::from(sink.as_bytes()[0]));
         let work = tempfile::tempdir().unwrap();
         let kills = 2 + rng.below(3);
@@ -76,9 +94,11 @@ fn kill_test(sink: &str) {
                 _ => Kill::DuringRestore(rng.below(40)),
             });
         }
-        println!("sink {sink}, seed {seed}: kills {plan:?} (replay with WEIR_SEED={seed})");
+        println!(
+            "sink {sink} {extra:?}, seed {seed}: kills {plan:?} (replay with WEIR_SEED={seed})"
+        );
         for (run, kill) in plan.iter().enumerate() {
-            let (mut child, lines) = spawn(work.path(), sink, run > 0);
+            let (mut child, lines) = spawn(work.path(), sink, run > 0, extra);
             match kill {
                 Kill::AfterMillis(ms) | Kill::DuringRestore(ms) => {
                     std::thread::sleep(Duration::from_millis(*ms))
@@ -98,9 +118,10 @@ fn kill_test(sink: &str) {
             // first; resuming it afterwards must then do nothing.)
             let _ = child.kill();
             let status = child.wait().unwrap();
+            stored_in_flight += in_flight_items(work.path());
             println!("  run {run}: killed ({kill:?}), exit {status:?}");
         }
-        let (mut child, lines) = spawn(work.path(), sink, true);
+        let (mut child, lines) = spawn(work.path(), sink, true, extra);
         let status = wait_bounded(
             &mut child,
             Duration::from_secs(120),
@@ -126,23 +147,45 @@ fn kill_test(sink: &str) {
             "sink {sink}, seed {seed}: left behind {hidden:?}"
         );
     }
+    if unaligned {
+        assert!(
+            stored_in_flight > 0,
+            "sink {sink}: no checkpoint a run was killed after held records in flight"
+        );
+    }
 }
 
 #[test]
 fn two_phase_commit_file_sink_survives_sigkill() {
-    kill_test("2pc");
+    kill_test("2pc", &[], 3);
 }
 
 #[test]
 fn write_ahead_log_sink_survives_sigkill() {
-    kill_test("wal");
+    kill_test("wal", &[], 3);
+}
+
+/// Unaligned checkpoints under backpressure (the aggregation pauses after each row, so the
+/// source's output queues stay full): the checkpoints that the kills fall between store
+/// the records in flight, and the restores replay them.
+#[test]
+fn unaligned_checkpoints_under_backpressure_survive_sigkill() {
+    let extra = [
+        "--unaligned",
+        "--slow-aggregation-us",
+        "100",
+        "--rate",
+        "60000",
+    ];
+    kill_test("2pc", &extra, 2);
+    kill_test("wal", &extra, 1);
 }
 
 #[test]
 fn resuming_a_finished_job_does_not_run_it_again() {
     let work = tempfile::tempdir().unwrap();
     for resume in [false, true] {
-        let (mut child, _) = spawn(work.path(), "2pc", resume);
+        let (mut child, _) = spawn(work.path(), "2pc", resume, &[]);
         assert!(wait_bounded(&mut child, Duration::from_secs(120), "census").success());
         let verification = census::verify(&work.path().join("output"), &data_dir()).unwrap();
         assert_eq!(

@@ -60,6 +60,14 @@ struct Args {
     /// continues from the savepoint.
     #[arg(long, default_value_t = 0)]
     stop_after_rows: u64,
+    /// Unaligned checkpoints: barriers overtake the records in flight, which are stored
+    /// with the checkpoint (`execution.checkpointing.unaligned.enabled`).
+    #[arg(long)]
+    unaligned: bool,
+    /// Pause this many microseconds after every aggregated row (0: none), to create
+    /// backpressure.
+    #[arg(long, default_value_t = 0)]
+    slow_aggregation_us: u64,
     /// Checkpoint storage at a URL instead of <work-dir>/checkpoints: `s3://bucket/prefix`
     /// (S3 or an S3-compatible server, configured by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …),
     /// `gs://…`, `az://…`, or `file:///dir`. Needs --no-local-recovery.
@@ -104,6 +112,9 @@ fn run() -> Result<()> {
         (args.commit_delay_ms > 0).then(|| Duration::from_millis(args.commit_delay_ms));
     options.allow_duplicates = args.allow_duplicates;
     options.stop_after_rows = (args.stop_after_rows > 0).then_some(args.stop_after_rows);
+    options.unaligned = args.unaligned;
+    options.slow_aggregation =
+        (args.slow_aggregation_us > 0).then(|| Duration::from_micros(args.slow_aggregation_us));
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     options.checkpoint_storage = args.checkpoint_storage.clone();

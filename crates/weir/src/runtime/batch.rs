@@ -102,6 +102,16 @@ impl<T> RecordBatch<T> {
             .map(|g| u32::from(*g))
     }
 
+    /// Cuts the batch into chunks of at most `n` records, taken front to back (each
+    /// costs its own length, not the rest's).
+    pub fn into_chunks(mut self, n: usize) -> BatchChunks<T> {
+        self.reverse();
+        BatchChunks {
+            reversed: self,
+            n: n.max(1),
+        }
+    }
+
     /// Whether the batch carries its records' key groups.
     #[inline]
     pub fn has_key_groups(&self) -> bool {
@@ -195,6 +205,30 @@ impl<T> RecordBatch<T> {
         self.records.drain(..)
     }
 
+    /// Reverses the order of the records (with their timestamps and key groups).
+    pub fn reverse(&mut self) {
+        self.records.reverse();
+        self.timestamps.reverse();
+        self.key_groups.reverse();
+    }
+
+    /// Splits off the last `n` records (all, if fewer) into a batch of their own, in order.
+    pub fn split_off_last(&mut self, n: usize) -> RecordBatch<T> {
+        fn column<C>(v: &mut Vec<C>, at: usize) -> Vec<C> {
+            if v.is_empty() {
+                Vec::new()
+            } else {
+                v.split_off(at)
+            }
+        }
+        let at = self.records.len().saturating_sub(n);
+        RecordBatch {
+            timestamps: column(&mut self.timestamps, at),
+            key_groups: column(&mut self.key_groups, at),
+            records: self.records.split_off(at),
+        }
+    }
+
     /// Removes every record, keeping the allocations.
     pub fn clear(&mut self) {
         self.records.clear();
@@ -217,6 +251,31 @@ impl<T> RecordBatch<T> {
     /// The records, without their timestamps.
     pub fn into_records(self) -> Vec<T> {
         self.records
+    }
+}
+
+/// A batch taken chunk by chunk (see [`RecordBatch::into_chunks`]).
+pub struct BatchChunks<T> {
+    /// What is left, last record first.
+    reversed: RecordBatch<T>,
+    n: usize,
+}
+
+impl<T> BatchChunks<T> {
+    /// The next chunk, in order, if records are left.
+    pub fn next_chunk(&mut self) -> Option<RecordBatch<T>> {
+        if self.reversed.is_empty() {
+            return None;
+        }
+        let mut chunk = self.reversed.split_off_last(self.n);
+        chunk.reverse();
+        Some(chunk)
+    }
+
+    /// What is left, in order.
+    pub fn into_rest(mut self) -> RecordBatch<T> {
+        self.reversed.reverse();
+        self.reversed
     }
 }
 
@@ -255,6 +314,32 @@ impl<T> Drop for Drain<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn chunks_come_front_to_back_with_their_columns_and_the_rest_stays_in_order() {
+        let mut batch = RecordBatch::keyed_with_capacity(5);
+        for i in 0..5u32 {
+            batch.push_keyed(i, Some(i64::from(i) * 10), i + 100);
+        }
+        let mut chunks = batch.into_chunks(2);
+        let first = chunks.next_chunk().unwrap();
+        assert_eq!(first.records(), &[0, 1]);
+        assert_eq!(
+            (first.timestamp(1), first.key_group(1)),
+            (Some(10), Some(101))
+        );
+        let rest = chunks.into_rest();
+        assert_eq!(rest.records(), &[2, 3, 4]);
+        assert_eq!(
+            (rest.timestamp(0), rest.key_group(2)),
+            (Some(20), Some(104))
+        );
+        let mut chunks = RecordBatch::from(vec![1, 2, 3]).into_chunks(2);
+        assert_eq!(chunks.next_chunk().unwrap().records(), &[1, 2]);
+        assert_eq!(chunks.next_chunk().unwrap().records(), &[3]);
+        assert!(chunks.next_chunk().is_none());
+        assert!(chunks.into_rest().is_empty());
+    }
+
     use super::*;
 
     fn drained<T>(batch: &mut RecordBatch<T>) -> Vec<(T, Option<i64>)> {

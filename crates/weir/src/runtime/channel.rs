@@ -4,7 +4,9 @@
 //! [`ChannelSender::send`], which is how backpressure reaches the sources. Every blocking wait
 //! also watches the job's [`CancelToken`], so a failing job never leaves a task stuck.
 
-use crossbeam_channel::{select, Receiver, Sender, TryRecvError, TrySendError};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_channel::{select, Receiver, Select, Sender, TryRecvError, TrySendError};
 
 use crate::error::TaskError;
 use crate::runtime::network::credit::{CreditReturn, RemoteSender};
@@ -41,6 +43,69 @@ impl CancelToken {
     }
 }
 
+/// What a task blocked on a full output watches besides the channel: a message that it must
+/// handle before the send completes (an unaligned checkpoint's barrier at its inputs, or a
+/// source's checkpoint trigger). Watched without being taken.
+pub trait Wakeup: Send + Sync {
+    /// Adds the receiver to watch to `select`; returns its index there.
+    fn watch<'a>(&'a self, select: &mut Select<'a>) -> usize;
+    /// Whether a message waits.
+    fn has_rung(&self) -> bool;
+    /// When to stop waiting anyway, if ever.
+    fn deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+}
+
+/// `inner`, or `deadline` passing, whichever comes first.
+pub struct WakeupBy<'w> {
+    /// What else ends the wait.
+    pub inner: &'w dyn Wakeup,
+    /// When the wait ends anyway.
+    pub deadline: std::time::Instant,
+}
+
+impl Wakeup for WakeupBy<'_> {
+    fn watch<'a>(&'a self, select: &mut Select<'a>) -> usize {
+        self.inner.watch(select)
+    }
+    fn has_rung(&self) -> bool {
+        self.inner.has_rung() || std::time::Instant::now() >= self.deadline
+    }
+    fn deadline(&self) -> Option<std::time::Instant> {
+        Some(self.deadline)
+    }
+}
+
+/// Waits for one of `select`'s operations, or until `wakeup`'s deadline (`None`).
+pub(crate) fn ready_or_deadline(select: &mut Select<'_>, wakeup: &dyn Wakeup) -> Option<usize> {
+    match wakeup.deadline() {
+        Some(deadline) => select.ready_deadline(deadline).ok(),
+        None => Some(select.ready()),
+    }
+}
+
+impl<M: Send> Wakeup for Receiver<M> {
+    fn watch<'a>(&'a self, select: &mut Select<'a>) -> usize {
+        select.recv(self)
+    }
+    fn has_rung(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+/// The receiving task's doorbell, shared by a channel's two ends: set by the receiving
+/// task, rung when a barrier arrives on the channel's priority lane, so that the task can
+/// stop waiting on its own full output.
+pub(crate) type DoorbellSlot = Arc<OnceLock<Sender<()>>>;
+
+/// Rings `slot`'s doorbell, if the receiving task has set one.
+pub(crate) fn ring(slot: &DoorbellSlot) {
+    if let Some(bell) = slot.get() {
+        let _ = bell.try_send(());
+    }
+}
+
 /// Sending end of a channel between two subtasks: in-process, or to a subtask in another
 /// process over the network (see [`crate::runtime::network`]). Which one is decided where the
 /// channel is created (the [`Transport`](crate::runtime::transport::Transport)), never by the
@@ -57,6 +122,7 @@ enum SenderKind<T> {
     Local {
         tx: Sender<StreamElement<T>>,
         priority: Sender<CheckpointBarrier>,
+        doorbell: DoorbellSlot,
     },
     Remote(RemoteSender),
 }
@@ -70,6 +136,8 @@ pub struct ChannelReceiver<T> {
     pub(crate) rx: Receiver<StreamElement<T>>,
     /// Barriers sent ahead of the queue.
     pub(crate) priority: Receiver<CheckpointBarrier>,
+    /// Rung (by the sender, or a remote channel's connection) after a priority barrier.
+    doorbell: DoorbellSlot,
     credit: Option<CreditReturn>,
 }
 
@@ -77,16 +145,19 @@ pub struct ChannelReceiver<T> {
 pub fn channel<T>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
     let (priority_tx, priority) = crossbeam_channel::unbounded();
+    let doorbell = DoorbellSlot::default();
     (
         ChannelSender {
             kind: SenderKind::Local {
                 tx,
                 priority: priority_tx,
+                doorbell: doorbell.clone(),
             },
         },
         ChannelReceiver {
             rx,
             priority,
+            doorbell,
             credit: None,
         },
     )
@@ -122,13 +193,63 @@ impl<T: serde::Serialize> ChannelSender<T> {
         }
     }
 
+    /// Sends one element like [`ChannelSender::send`], except that a wait for room ends as
+    /// soon as `wakeup` rings: the element comes back unsent (`Some`), for the caller to
+    /// send once it has handled what woke it.
+    pub fn send_or_defer(
+        &self,
+        element: StreamElement<T>,
+        cancel: &CancelToken,
+        wakeup: &dyn Wakeup,
+    ) -> Result<Option<StreamElement<T>>, TaskError> {
+        match &self.kind {
+            SenderKind::Local { tx, .. } => {
+                let mut element = match tx.try_send(element) {
+                    Ok(()) => return Ok(None),
+                    Err(TrySendError::Disconnected(_)) => {
+                        return Err(TaskError::ChannelClosed { peer: "downstream" })
+                    }
+                    Err(TrySendError::Full(element)) => element,
+                };
+                crate::metrics::CurrentTask::backpressured(|| loop {
+                    if wakeup.has_rung() {
+                        return Ok(Some(element));
+                    }
+                    let mut select = Select::new();
+                    let send = select.send(tx);
+                    let cancelled = select.recv(cancel.receiver());
+                    wakeup.watch(&mut select);
+                    let Some(ready) = ready_or_deadline(&mut select, wakeup) else {
+                        return Ok(Some(element));
+                    };
+                    if ready == cancelled {
+                        return Err(TaskError::Cancelled);
+                    }
+                    if ready == send {
+                        match tx.try_send(element) {
+                            Ok(()) => return Ok(None),
+                            Err(TrySendError::Full(back)) => element = back,
+                            Err(TrySendError::Disconnected(_)) => {
+                                return Err(TaskError::ChannelClosed { peer: "downstream" })
+                            }
+                        }
+                    }
+                })
+            }
+            SenderKind::Remote(remote) => remote.send_or_defer(element, cancel, wakeup),
+        }
+    }
+
     /// Sends `barrier` ahead of the queued elements (an unaligned checkpoint's); never
     /// blocks, since the lane is not subject to backpressure. A receiver that has ended
     /// needs no barrier.
     pub fn send_priority(&self, barrier: CheckpointBarrier) -> Result<(), TaskError> {
         match &self.kind {
-            SenderKind::Local { priority, .. } => {
+            SenderKind::Local {
+                priority, doorbell, ..
+            } => {
                 let _ = priority.send(barrier);
+                ring(doorbell);
                 Ok(())
             }
             SenderKind::Remote(remote) => remote.send_priority(&barrier),
@@ -153,13 +274,20 @@ impl<T> ChannelReceiver<T> {
     pub(crate) fn remote(
         rx: Receiver<StreamElement<T>>,
         priority: Receiver<CheckpointBarrier>,
+        doorbell: DoorbellSlot,
         credit: CreditReturn,
     ) -> Self {
         Self {
             rx,
             priority,
+            doorbell,
             credit: Some(credit),
         }
+    }
+
+    /// Rings `bell` whenever a barrier arrives on this channel's priority lane.
+    pub(crate) fn set_doorbell(&self, bell: Sender<()>) {
+        let _ = self.doorbell.set(bell);
     }
 
     /// Why the channel's elements stopped coming (its sender is gone): for a remote channel

@@ -27,6 +27,13 @@ pub struct ChannelStateSetup {
     pub head: NodeId,
     /// Per input (first, second): whether a broadcast exchange feeds it.
     pub broadcast_inputs: [bool; 2],
+    /// The task's doorbell, rung on a priority barrier (with unaligned checkpoints): its
+    /// bell for the input channels, and its receiving end, which the task's record writers
+    /// watch while they wait for room.
+    pub doorbell: Option<(
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    )>,
 }
 
 /// Whether list state `name` is channel state rather than an operator's.

@@ -466,6 +466,25 @@ pub fn deploy_tasks(
         // writers: every node's successors come after it.
         let mut nodes: Vec<Box<dyn ChainedNode>> = Vec::new();
         let mut position: HashMap<NodeId, usize> = HashMap::new();
+        // With unaligned checkpoints, a record writer waiting for room stops waiting for a
+        // barrier: at a task with inputs, one that overtook an input queue (the inputs ring
+        // the task's doorbell); at a source, its coordinator's trigger.
+        let unaligned = config.checkpoint.unaligned && config.checkpoint.interval.is_some();
+        let doorbell =
+            (unaligned && !vertex.is_source).then(|| crossbeam_channel::bounded::<()>(1));
+        let wakeup: Option<Arc<dyn crate::runtime::channel::Wakeup>> = if !unaligned {
+            None
+        } else if vertex.is_source {
+            endpoints
+                .get(&vertex.head())
+                .and_then(|eps| eps.get(ev.id.subtask as usize))
+                .and_then(Option::as_ref)
+                .map(|ep| Arc::new(ep.messages()) as Arc<dyn crate::runtime::channel::Wakeup>)
+        } else {
+            doorbell
+                .as_ref()
+                .map(|(_, rx)| Arc::new(rx.clone()) as Arc<dyn crate::runtime::channel::Wakeup>)
+        };
         let mut source = None;
         // Per node: restored in-flight records (its channel state, if it headed a task).
         let mut in_flight: Vec<(NodeId, Vec<ListStateEntry>)> = Vec::new();
@@ -567,6 +586,7 @@ pub fn deploy_tasks(
                                 batch_size: config.buffer_size,
                                 cancel: cancel.clone(),
                                 metrics: Some(task_metrics.clone()),
+                                wakeup: wakeup.clone(),
                             },
                         )
                         .map_err(WeirError::Internal)?;
@@ -664,6 +684,7 @@ pub fn deploy_tasks(
                 let channel_state = ChannelStateSetup {
                     head,
                     broadcast_inputs: [broadcast_input(1), broadcast_input(2)],
+                    doorbell: doorbell.clone(),
                 };
                 factory
                     .create_task(

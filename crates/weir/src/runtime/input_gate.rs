@@ -16,6 +16,7 @@ use crate::checkpoint::metadata::ListStateEntry;
 use crate::error::TaskError;
 use crate::metrics::CurrentTask;
 use crate::record::Record;
+use crate::runtime::batch::RecordBatch;
 use crate::runtime::channel::{CancelToken, ChannelReceiver};
 use crate::runtime::channel_state::InFlightRecorder;
 use crate::runtime::stream_element::{CheckpointBarrier, StreamElement, StreamEvent};
@@ -75,6 +76,9 @@ pub struct InputGate<T> {
     watch_priority: bool,
     /// The in-flight records captured for the checkpoint being captured.
     recorder: InFlightRecorder,
+    /// Rung when a barrier arrives on a priority lane; the task's record writers watch it
+    /// while they wait for room, so it is emptied whenever the lanes are read.
+    doorbell: Option<Receiver<()>>,
 }
 
 impl<T> InputGate<T> {
@@ -100,7 +104,22 @@ impl<T> InputGate<T> {
             bytes_published: 0,
             watch_priority: false,
             recorder: InFlightRecorder::default(),
+            doorbell: None,
         }
+    }
+
+    /// Rings `bell` (whose receiving end is `doorbell`) when a barrier arrives on any
+    /// channel's priority lane.
+    pub fn with_doorbell(
+        mut self,
+        bell: crossbeam_channel::Sender<()>,
+        doorbell: Receiver<()>,
+    ) -> Self {
+        for channel in &self.channels {
+            channel.receiver.set_doorbell(bell.clone());
+        }
+        self.doorbell = Some(doorbell);
+        self
     }
 
     /// Stores the in-flight records of this gate as input `input` of its task, fed by a
@@ -120,6 +139,9 @@ impl<T> InputGate<T> {
         if !self.watch_priority {
             return None;
         }
+        if let Some(doorbell) = &self.doorbell {
+            while doorbell.try_recv().is_ok() {}
+        }
         for (i, channel) in self.channels.iter_mut().enumerate() {
             if !channel.watches_priority() {
                 continue;
@@ -131,6 +153,23 @@ impl<T> InputGate<T> {
             }
         }
         None
+    }
+
+    /// Whether a barrier waits on some channel's priority lane (not taken).
+    pub fn priority_pending(&self) -> bool {
+        self.watch_priority
+            && self
+                .channels
+                .iter()
+                .any(|c| c.watches_priority() && !c.receiver.priority.is_empty())
+    }
+
+    /// Puts the unprocessed rest of a batch read from `channel` back in front of it: a
+    /// barrier that overtook it is taken first, and the rest counts as in flight.
+    pub fn put_back(&mut self, channel: usize, batch: RecordBatch<T>) {
+        if let Some(c) = self.channels.get_mut(channel) {
+            c.lookahead.push_front(StreamElement::Records(batch));
+        }
     }
 
     /// Whether every channel's capture has reached its in-order barrier or its end.
@@ -436,7 +475,6 @@ impl<T: Record> InputGate<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::batch::RecordBatch;
     use crate::runtime::channel::{cancel_pair, channel};
 
     #[test]

@@ -2,6 +2,7 @@
 //! choosing channels with the edge's partitioner.
 
 use std::any::{Any, TypeId};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::TaskError;
@@ -9,7 +10,7 @@ use crate::metrics::TaskMetrics;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
 use crate::runtime::chain::{ChainTail, ChainedNode};
-use crate::runtime::channel::{CancelToken, ChannelSender};
+use crate::runtime::channel::{CancelToken, ChannelSender, Wakeup, WakeupBy};
 use crate::runtime::key_selector::KeyGroupOf;
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::snapshot::{CheckpointNotification, OperatorSnapshot};
@@ -39,6 +40,13 @@ pub enum ChannelSelector<T> {
 
 /// Batches records per channel and sends a batch when it is full, on flush, or before an
 /// event (so events stay behind the records emitted before them).
+///
+/// With a wakeup (unaligned checkpoints), a writer waiting for room stops waiting when the
+/// wakeup rings and goes into overdraft (as Flink's overdraft buffers): the rest of the
+/// task's current input batch queues up in order in the writer instead of blocking, so that
+/// the task reaches the barrier that rang; the overdraft is sent before anything else —
+/// before the barrier's in-order copy, which the receivers' capture of in-flight records
+/// waits for.
 pub struct RecordWriter<T> {
     channels: Vec<ChannelSender<T>>,
     buffers: Vec<RecordBatch<T>>,
@@ -51,6 +59,24 @@ pub struct RecordWriter<T> {
     queued: Vec<i64>,
     /// Whether batches carry their records' key groups (a hash partitioner's).
     keyed: bool,
+    /// What ends a wait for room (unaligned checkpoints), if anything.
+    wakeup: Option<Arc<dyn Wakeup>>,
+    /// Per channel, batches not yet sent while in overdraft, in order.
+    overflow: Vec<VecDeque<StreamElement<T>>>,
+    /// Whether the writer is in overdraft: nothing waits for room until it is settled.
+    overdraft: bool,
+}
+
+/// A wakeup that has always rung: a send that would wait returns at once.
+struct AlreadyRung(crossbeam_channel::Receiver<()>);
+
+impl Wakeup for AlreadyRung {
+    fn watch<'a>(&'a self, select: &mut crossbeam_channel::Select<'a>) -> usize {
+        select.recv(&self.0)
+    }
+    fn has_rung(&self) -> bool {
+        true
+    }
 }
 
 impl<T: Record> RecordWriter<T> {
@@ -75,7 +101,91 @@ impl<T: Record> RecordWriter<T> {
             batch_size,
             cancel,
             metrics: None,
+            wakeup: None,
+            overflow: Vec::new(),
+            overdraft: false,
         }
+    }
+
+    /// Stops waiting for room when `wakeup` rings, going into overdraft instead.
+    pub fn with_wakeup(mut self, wakeup: Option<Arc<dyn Wakeup>>) -> Self {
+        self.overflow = self.channels.iter().map(|_| VecDeque::new()).collect();
+        self.wakeup = wakeup;
+        self
+    }
+
+    /// Sends `element` on `channel`, or queues it in overdraft (see the type's doc).
+    fn send_element(&mut self, channel: usize, element: StreamElement<T>) -> Result<(), TaskError> {
+        let Some(wakeup) = &self.wakeup else {
+            return self.channels[channel].send(element, &self.cancel);
+        };
+        let deferred = if self.overdraft {
+            if self.overflow[channel].is_empty() {
+                // Room now is used now; otherwise it waits its turn behind the overflow.
+                let rung = AlreadyRung(crossbeam_channel::never());
+                self.channels[channel].send_or_defer(element, &self.cancel, &rung)?
+            } else {
+                Some(element)
+            }
+        } else {
+            self.channels[channel].send_or_defer(element, &self.cancel, wakeup.as_ref())?
+        };
+        if let Some(element) = deferred {
+            self.overflow[channel].push_back(element);
+            self.overdraft = true;
+        }
+        Ok(())
+    }
+
+    /// Sends the overdraft, in order. `deferrable`: stops (and stays in overdraft) when the
+    /// wakeup rings again while waiting, or at `until`; returns whether everything went.
+    fn drain_overflow(
+        &mut self,
+        deferrable: bool,
+        until: Option<std::time::Instant>,
+    ) -> Result<bool, TaskError> {
+        if !self.overdraft {
+            return Ok(true);
+        }
+        for channel in 0..self.overflow.len() {
+            while let Some(element) = self.overflow[channel].pop_front() {
+                let deferred = match (&self.wakeup, deferrable) {
+                    (Some(wakeup), true) => match until {
+                        Some(deadline) => {
+                            let by = WakeupBy {
+                                inner: wakeup.as_ref(),
+                                deadline,
+                            };
+                            self.channels[channel].send_or_defer(element, &self.cancel, &by)?
+                        }
+                        None => self.channels[channel].send_or_defer(
+                            element,
+                            &self.cancel,
+                            wakeup.as_ref(),
+                        )?,
+                    },
+                    _ => {
+                        self.channels[channel].send(element, &self.cancel)?;
+                        None
+                    }
+                };
+                if let Some(back) = deferred {
+                    self.overflow[channel].push_front(back);
+                    return Ok(false);
+                }
+            }
+        }
+        self.overdraft = false;
+        Ok(true)
+    }
+
+    /// Ends an overdraft, waiting for room unless the wakeup rings again or `until`
+    /// passes; returns whether the writer is still in overdraft.
+    pub fn settle_overdraft(
+        &mut self,
+        until: Option<std::time::Instant>,
+    ) -> Result<bool, TaskError> {
+        self.drain_overflow(true, until).map(|done| !done)
     }
 
     /// Counts what the writer sends in `metrics`: records, and the output queue.
@@ -126,7 +236,7 @@ impl<T: Record> RecordWriter<T> {
             &mut self.buffers[channel],
             Self::empty_batch(self.keyed, self.batch_size),
         );
-        self.channels[channel].send(StreamElement::Records(batch), &self.cancel)?;
+        self.send_element(channel, StreamElement::Records(batch))?;
         if let Some(metrics) = &self.metrics {
             // One channel's queue per batch: the gauge is the sum of every channel's last
             // known length, kept up to date by deltas.
@@ -181,15 +291,30 @@ impl<T: Record> RecordWriter<T> {
                 }
             }
         }
-        self.flush()?;
+        // Everything before the event, overdraft first, goes before it, however long the
+        // wait for room.
+        self.drain_overflow(false, None)?;
+        for channel in 0..self.channels.len() {
+            if !self.buffers[channel].is_empty() {
+                let batch = std::mem::replace(
+                    &mut self.buffers[channel],
+                    Self::empty_batch(self.keyed, self.batch_size),
+                );
+                self.channels[channel].send(StreamElement::Records(batch), &self.cancel)?;
+            }
+        }
         for channel in &self.channels {
             channel.send(StreamElement::Event(*event), &self.cancel)?;
         }
         Ok(())
     }
 
-    /// Sends every partly filled batch.
+    /// Sends every partly filled batch (after the overdraft; with a wakeup that rings
+    /// meanwhile, what is left waits for the next flush).
     pub fn flush(&mut self) -> Result<(), TaskError> {
+        if !self.drain_overflow(true, None)? {
+            return Ok(());
+        }
         for channel in 0..self.channels.len() {
             if !self.buffers[channel].is_empty() {
                 self.send_batch(channel)?;
@@ -285,6 +410,9 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
     }
     fn flush(&mut self) -> Result<(), TaskError> {
         RecordWriter::flush(self)
+    }
+    fn settle_overdraft(&mut self, until: Option<std::time::Instant>) -> Result<bool, TaskError> {
+        RecordWriter::settle_overdraft(self, until)
     }
     fn close(&mut self) -> Result<(), TaskError> {
         Ok(())

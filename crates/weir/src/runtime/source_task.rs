@@ -74,6 +74,12 @@ pub struct ReaderEndpoint {
 }
 
 impl ReaderEndpoint {
+    /// Where the coordinator's messages (checkpoint triggers among them) arrive: watched by
+    /// the source's record writers while they wait for room (unaligned checkpoints).
+    pub fn messages(&self) -> crossbeam_channel::Receiver<ReaderMessage> {
+        self.messages.clone()
+    }
+
     /// An endpoint whose requests go to `to_coordinator` and whose messages come from
     /// `messages`.
     pub fn new(to_coordinator: Sender<ReaderEvent>, messages: Receiver<ReaderMessage>) -> Self {
@@ -438,6 +444,11 @@ impl<S: Source> Invokable for SourceTask<S> {
             self.take_messages(env)?;
             // A stop-with-savepoint's barrier was just emitted: not one more record.
             if self.stop_at.is_some() {
+                continue;
+            }
+            // Output queued in overdraft (a trigger came while the writers waited for room)
+            // goes before the reader is polled again.
+            if env.unaligned && self.chain.settle_overdraft(None)? {
                 continue;
             }
             let status = self.poll_reader()?;

@@ -22,6 +22,13 @@ use crate::runtime::task_inputs::{InputEvent, TaskInputs};
 use crate::runtime::watermark_valve::{StatusWatermarkValve, ValveOutput};
 use crate::time::Watermark;
 
+/// Records processed between two looks at the priority lanes (unaligned checkpoints).
+const UNALIGNED_CHUNK: usize = 32;
+
+/// How long a task in overdraft waits for room at a time while it captures in-flight
+/// records, before it reads its capturing channels again.
+const OVERDRAFT_WAIT_WHILE_CAPTURING: Duration = Duration::from_millis(1);
+
 /// Reads the task's inputs and pushes records through the operator chain, driving its
 /// lifecycle.
 ///
@@ -396,6 +403,9 @@ impl<In: TaskInputs> Invokable for StreamTask<In> {
         if unaligned {
             self.gate.watch_priority();
         }
+        // With unaligned checkpoints a batch is processed in chunks, so that a barrier
+        // that overtook the queues is taken within a chunk, not a whole batch.
+        let chunk = unaligned.then_some(UNALIGNED_CHUNK);
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
         loop {
             while let Ok(control) = env.control.try_recv() {
@@ -405,6 +415,16 @@ impl<In: TaskInputs> Invokable for StreamTask<In> {
                 self.take_priority_barriers(&mut handler, env)?;
                 self.check_alignment_timeout(&mut handler, env)?;
                 self.progress_capture()?;
+                // Output queued in overdraft goes first; no new input is taken meanwhile,
+                // so that it stays within one input batch. While a capture is in progress,
+                // the wait is short, so that the capture goes on reading its channels.
+                let until = self
+                    .capture
+                    .is_some()
+                    .then(|| Instant::now() + OVERDRAFT_WAIT_WHILE_CAPTURING);
+                if self.chain.settle_overdraft(until)? {
+                    continue;
+                }
             }
             let timer_deadline = match (self.fire_due_timers()?, handler.alignment_deadline()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -431,7 +451,7 @@ impl<In: TaskInputs> Invokable for StreamTask<In> {
             };
             match element {
                 InputEvent::Records => {
-                    self.gate.process_pending(&mut self.chain)?;
+                    self.gate.process_pending(&mut self.chain, chunk)?;
                     let now = Instant::now();
                     if now >= flush_deadline {
                         self.chain.flush()?;

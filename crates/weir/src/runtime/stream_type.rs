@@ -41,6 +41,8 @@ pub struct WriterSpec<'a> {
     pub cancel: CancelToken,
     /// The producing task's metrics.
     pub metrics: Option<Arc<crate::metrics::TaskMetrics>>,
+    /// What ends the writer's waits for room (unaligned checkpoints).
+    pub wakeup: Option<Arc<dyn crate::runtime::channel::Wakeup>>,
 }
 
 /// Typed factory methods for the records a node emits.
@@ -152,7 +154,8 @@ impl<T: Record> StreamType for TypeOf<T> {
         };
         Ok(Box::new(
             RecordWriter::new(senders, selector, spec.batch_size, spec.cancel)
-                .with_metrics(spec.metrics),
+                .with_metrics(spec.metrics)
+                .with_wakeup(spec.wakeup),
         ))
     }
 

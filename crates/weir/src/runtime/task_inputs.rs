@@ -38,8 +38,14 @@ pub trait TaskInputs: Send {
         side: &Receiver<TaskControl>,
         deadline: Option<Instant>,
     ) -> Result<GateNext<InputEvent, TaskControl>, TaskError>;
-    /// Hands the pending batch to the chain, as records of the input they came from.
-    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError>;
+    /// Hands the pending batch to the chain, as records of the input they came from. With
+    /// `chunk` (unaligned checkpoints), in chunks of that many records, stopping early when
+    /// a barrier waits on a priority lane: the rest goes back in front of its channel.
+    fn process_pending(
+        &mut self,
+        chain: &mut OperatorChain,
+        chunk: Option<usize>,
+    ) -> Result<(), TaskError>;
     /// Holds back (or releases) `channel`.
     fn set_blocked(&mut self, channel: usize, blocked: bool);
     /// Releases every held-back channel.
@@ -70,6 +76,33 @@ pub trait TaskInputs: Send {
     fn take_channel_state(&mut self) -> Vec<ListStateEntry>;
 }
 
+/// Pushes `batch` (read from `channel` of `gate`) into the chain with `process`, in chunks
+/// of `n` records, until a barrier waits on a priority lane; the rest goes back in front of
+/// the channel.
+fn process_in_chunks<T: Record>(
+    gate: &mut InputGate<T>,
+    channel: usize,
+    batch: &mut RecordBatch<T>,
+    n: usize,
+    mut process: impl FnMut(&mut RecordBatch<T>) -> Result<(), TaskError>,
+) -> Result<(), TaskError> {
+    if batch.len() <= n {
+        return process(batch);
+    }
+    let mut chunks = std::mem::take(batch).into_chunks(n);
+    while let Some(mut piece) = chunks.next_chunk() {
+        process(&mut piece)?;
+        if gate.priority_pending() {
+            let rest = chunks.into_rest();
+            if !rest.is_empty() {
+                gate.put_back(channel, rest);
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 fn event_of<T>(element: StreamElement<T>, pending: &mut Option<RecordBatch<T>>) -> InputEvent {
     match element {
         StreamElement::Records(batch) => {
@@ -84,6 +117,8 @@ fn event_of<T>(element: StreamElement<T>, pending: &mut Option<RecordBatch<T>>) 
 pub struct OneInput<T> {
     gate: InputGate<T>,
     pending: Option<RecordBatch<T>>,
+    /// The channel the pending batch came from.
+    pending_channel: usize,
 }
 
 impl<T> OneInput<T> {
@@ -92,6 +127,7 @@ impl<T> OneInput<T> {
         Self {
             gate,
             pending: None,
+            pending_channel: 0,
         }
     }
 }
@@ -101,10 +137,10 @@ impl<T: Record> TaskInputs for OneInput<T> {
         self.gate.num_channels()
     }
     fn poll(&mut self) -> Result<Option<(usize, InputEvent)>, TaskError> {
-        Ok(self
-            .gate
-            .poll()?
-            .map(|(channel, element)| (channel, event_of(element, &mut self.pending))))
+        Ok(self.gate.poll()?.map(|(channel, element)| {
+            self.pending_channel = channel;
+            (channel, event_of(element, &mut self.pending))
+        }))
     }
     fn next_blocking(
         &mut self,
@@ -113,6 +149,7 @@ impl<T: Record> TaskInputs for OneInput<T> {
     ) -> Result<GateNext<InputEvent, TaskControl>, TaskError> {
         Ok(match self.gate.next_blocking(side, deadline)? {
             GateNext::Element(channel, element) => {
+                self.pending_channel = channel;
                 GateNext::Element(channel, event_of(element, &mut self.pending))
             }
             GateNext::Other(control) => GateNext::Other(control),
@@ -120,10 +157,19 @@ impl<T: Record> TaskInputs for OneInput<T> {
             GateNext::Priority(channel, barrier) => GateNext::Priority(channel, barrier),
         })
     }
-    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError> {
-        match self.pending.as_mut() {
-            Some(batch) => chain.process_records(batch),
-            None => Ok(()),
+    fn process_pending(
+        &mut self,
+        chain: &mut OperatorChain,
+        chunk: Option<usize>,
+    ) -> Result<(), TaskError> {
+        match (self.pending.as_mut(), chunk) {
+            (Some(batch), Some(n)) => {
+                process_in_chunks(&mut self.gate, self.pending_channel, batch, n, |piece| {
+                    chain.process_records(piece)
+                })
+            }
+            (Some(batch), None) => chain.process_records(batch),
+            (None, _) => Ok(()),
         }
     }
     fn set_blocked(&mut self, channel: usize, blocked: bool) {
@@ -174,6 +220,8 @@ pub struct TwoInputs<A, B> {
     second: InputGate<B>,
     pending_first: Option<RecordBatch<A>>,
     pending_second: Option<RecordBatch<B>>,
+    /// The channel (of its gate) the pending batch came from.
+    pending_channel: usize,
     /// Which gate the next poll tries first, so that neither input starves the other.
     second_next: bool,
 }
@@ -186,6 +234,7 @@ impl<A: Record, B: Record> TwoInputs<A, B> {
             second,
             pending_first: None,
             pending_second: None,
+            pending_channel: 0,
             second_next: false,
         }
     }
@@ -213,6 +262,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
             if second {
                 if let Some((channel, element)) = self.second.poll()? {
                     self.pending_first = None;
+                    self.pending_channel = channel;
                     return Ok(Some((
                         n + channel,
                         event_of(element, &mut self.pending_second),
@@ -220,6 +270,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
                 }
             } else if let Some((channel, element)) = self.first.poll()? {
                 self.pending_second = None;
+                self.pending_channel = channel;
                 return Ok(Some((channel, event_of(element, &mut self.pending_first))));
             }
         }
@@ -309,6 +360,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
             drop((first, second));
             self.first.was_read(channel, &element)?;
             self.pending_second = None;
+            self.pending_channel = channel;
             Ok(GateNext::Element(
                 channel,
                 event_of(element, &mut self.pending_first),
@@ -325,6 +377,7 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
             drop((first, second));
             self.second.was_read(channel, &element)?;
             self.pending_first = None;
+            self.pending_channel = channel;
             Ok(GateNext::Element(
                 n + channel,
                 event_of(element, &mut self.pending_second),
@@ -332,12 +385,27 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
         }
     }
 
-    fn process_pending(&mut self, chain: &mut OperatorChain) -> Result<(), TaskError> {
+    fn process_pending(
+        &mut self,
+        chain: &mut OperatorChain,
+        chunk: Option<usize>,
+    ) -> Result<(), TaskError> {
+        let channel = self.pending_channel;
         if let Some(batch) = self.pending_first.as_mut() {
-            chain.process_records(batch)?;
+            match chunk {
+                Some(n) => process_in_chunks(&mut self.first, channel, batch, n, |piece| {
+                    chain.process_records(piece)
+                })?,
+                None => chain.process_records(batch)?,
+            }
         }
         if let Some(batch) = self.pending_second.as_mut() {
-            chain.process_records_second(batch)?;
+            match chunk {
+                Some(n) => process_in_chunks(&mut self.second, channel, batch, n, |piece| {
+                    chain.process_records_second(piece)
+                })?,
+                None => chain.process_records_second(batch)?,
+            }
         }
         Ok(())
     }

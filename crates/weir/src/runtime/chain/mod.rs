@@ -105,6 +105,12 @@ pub trait ChainedNode: Send {
     fn broadcast_event(&mut self, event: &StreamEvent) -> Result<(), TaskError>;
     /// Sends partly filled batches to other tasks (record writers only).
     fn flush(&mut self) -> Result<(), TaskError>;
+    /// Sends what a record writer queued in overdraft (see `RecordWriter`), unless its
+    /// wakeup rings again or `until` passes; returns whether it is still in overdraft.
+    /// Other nodes have nothing to do.
+    fn settle_overdraft(&mut self, _until: Option<std::time::Instant>) -> Result<bool, TaskError> {
+        Ok(false)
+    }
     /// The stream has ended: releases resources.
     fn close(&mut self) -> Result<(), TaskError>;
     /// Appends the node's record counts (record writers have none).
@@ -359,6 +365,19 @@ impl OperatorChain {
     /// Sends partly filled batches to other tasks.
     pub fn flush(&mut self) -> Result<(), TaskError> {
         self.nodes.iter_mut().try_for_each(|n| n.flush())
+    }
+
+    /// Ends the record writers' overdraft (unaligned checkpoints), unless what woke them
+    /// rings again or `until` passes; returns whether some writer is still in overdraft.
+    pub fn settle_overdraft(
+        &mut self,
+        until: Option<std::time::Instant>,
+    ) -> Result<bool, TaskError> {
+        let mut still = false;
+        for node in &mut self.nodes {
+            still |= node.settle_overdraft(until)?;
+        }
+        Ok(still)
     }
 
     /// Sends `event` on every record writer.

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use super::credit::{CreditReturn, LinkState, Outbound, RemoteSender};
 use super::frame::{write_close, write_credit, Frame, FrameReader};
 use super::NetworkError;
-use crate::runtime::channel::ChannelReceiver;
+use crate::runtime::channel::{ring, ChannelReceiver, DoorbellSlot};
 use crate::runtime::stream_element::{CheckpointBarrier, StreamElement};
 
 /// Most credits one frame may grant; more is a protocol error (a window is a few batches).
@@ -38,6 +38,7 @@ pub trait ChannelInbox: Send {
 struct TypedInbox<T> {
     tx: Sender<StreamElement<T>>,
     priority: Sender<CheckpointBarrier>,
+    doorbell: DoorbellSlot,
     /// Bytes received for the channel.
     received: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -66,6 +67,7 @@ impl<T: DeserializeOwned + Send> ChannelInbox for TypedInbox<T> {
             postcard::from_bytes(payload).map_err(|e| format!("undecodable barrier: {e}"))?;
         // A receiving task that ended needs no barrier.
         let _ = self.priority.send(barrier);
+        ring(&self.doorbell);
         Ok(())
     }
 }
@@ -78,12 +80,14 @@ pub fn remote_receiver<T: DeserializeOwned + Send + 'static>(
 ) -> (ChannelReceiver<T>, Box<dyn ChannelInbox>) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
     let (priority, priority_rx) = crossbeam_channel::unbounded();
+    let doorbell = DoorbellSlot::default();
     let received = credit.received_counter();
     (
-        ChannelReceiver::remote(rx, priority_rx, credit),
+        ChannelReceiver::remote(rx, priority_rx, doorbell.clone(), credit),
         Box::new(TypedInbox {
             tx,
             priority,
+            doorbell,
             received,
         }),
     )

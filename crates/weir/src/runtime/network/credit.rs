@@ -153,6 +153,43 @@ impl RemoteSender {
             .map_err(|_| self.link.lost())
     }
 
+    /// Sends `element` like [`RemoteSender::send`], except that a wait for a credit ends as
+    /// soon as `wakeup` rings: the element comes back unsent.
+    pub fn send_or_defer<T: Serialize>(
+        &self,
+        element: StreamElement<T>,
+        cancel: &CancelToken,
+        wakeup: &dyn crate::runtime::channel::Wakeup,
+    ) -> Result<Option<StreamElement<T>>, TaskError> {
+        if self.credits.is_empty() {
+            let deferred = crate::metrics::CurrentTask::backpressured(|| loop {
+                if wakeup.has_rung() {
+                    return Ok(true);
+                }
+                let mut select = crossbeam_channel::Select::new();
+                let credit = select.recv(&self.credits);
+                let cancelled = select.recv(cancel.receiver());
+                wakeup.watch(&mut select);
+                let Some(ready) = crate::runtime::channel::ready_or_deadline(&mut select, wakeup)
+                else {
+                    return Ok(true);
+                };
+                if ready == cancelled {
+                    return Err(TaskError::Cancelled);
+                }
+                if ready == credit {
+                    // A credit (taken below), or the connection is gone (reported below).
+                    return Ok(false);
+                }
+            })?;
+            if deferred {
+                return Ok(Some(element));
+            }
+        }
+        self.send(&element, cancel)?;
+        Ok(None)
+    }
+
     /// Sends `barrier` ahead of the channel's queue: it spends no credit, so a sender
     /// waiting for credits is never what holds an unaligned checkpoint back.
     pub fn send_priority(&self, barrier: &CheckpointBarrier) -> Result<(), TaskError> {
