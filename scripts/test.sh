@@ -81,6 +81,10 @@ log "smoke run of the state benchmark (heap, RocksDB and Flink's RocksDB backend
 cargo run --locked -q -p weir-bench --bin weir-state-bench -- --keys 20000 \
     --backends heap,rocksdb,flink-rocksdb --checkpoints 1 --interval-ms 1000 --recovery \
     --string-keys --dir target/state-bench-smoke
+log "smoke run of the backpressure benchmark (Weir's checkpoints under a throttled stage, aligned and unaligned)"
+cargo run --locked -q -p weir-bench --bin weir-backpressure-bench -- \
+    --engines weir-aligned,weir-unaligned --seconds 5 --warmup-seconds 1 --interval-ms 500 \
+    --dir target/backpressure-bench-smoke
 log "deployment files: Kubernetes manifests (kubernetes-validate) and the Dockerfile (hadolint)"
 scripts/validate-manifests.sh
 log "documentation tests"

@@ -16,27 +16,11 @@ Prints one line `RESULT {json}`; weir-state-bench (bench/src/bin/weir-state-benc
 import argparse
 import json
 import os
-import glob
-import re
 import time
-import urllib.request
+import sys
 
-
-def rest_port(log_dir):
-    pattern = re.compile(r"Rest endpoint listening at [^:\s]+:(\d+)")
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        for path in glob.glob(os.path.join(log_dir, "flink-*.log")):
-            m = pattern.search(open(path).read())
-            if m:
-                return int(m.group(1))
-        time.sleep(0.1)
-    raise SystemExit(f"flink_state_job.py: no REST endpoint in the log under {log_dir}")
-
-
-def get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-        return json.load(r)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flink_rest import get, rest_port  # noqa: E402
 
 
 def status_mib(pid, key):
@@ -132,7 +116,7 @@ INSERT INTO sink SELECT k, SUM(v), COUNT(*) FROM (
   UNION ALL SELECT {key} AS k, CAST(1 AS BIGINT) AS v FROM updates) GROUP BY k""")
     job_id = str(result.get_job_client().get_job_id())
     jvm = java_child()
-    port = rest_port(log_dir)
+    port = rest_port(log_dir, "flink_state_job.py")
 
     def vertices():
         return get(port, f"/jobs/{job_id}")["vertices"]

@@ -3,7 +3,22 @@
 # environment, idempotently, and prints the environment's python. Needs PyPI and Java 11 or
 # 17, which it installs with apt when missing and run as root.
 # usage: bench/flink/install.sh [VENV_DIR]   (default: target/tools/flink/venv)
+#        bench/flink/install.sh --jdk         (a JDK's javac, for weir-backpressure-bench's
+#                                              Java throttle; installed with apt when missing)
 set -euo pipefail
+if [ "${1:-}" = "--jdk" ]; then
+  if ! command -v javac >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "installing a JDK (openjdk-17-jdk-headless) for the Java throttle" >&2
+      apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >&2
+    else
+      echo "install.sh: javac not found (apt-get install openjdk-17-jdk-headless)" >&2
+      exit 1
+    fi
+  fi
+  command -v javac
+  exit 0
+fi
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="${1:-$root/target/tools/flink/venv}"
 version="2.3.0"

@@ -336,6 +336,25 @@ pub fn build_with_progress(
     Ok((env, progress))
 }
 
+/// The in-flight records (unaligned checkpoints' channel state) that the census job's
+/// checkpoints retained under `checkpoints` hold, in stored chunks: what the kill tests
+/// check to know that they killed after checkpoints with records in flight.
+pub fn in_flight_chunks(checkpoints: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(checkpoints.join(JOB_NAME)) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read(e.path().join("_metadata")).ok())
+        .filter_map(|bytes| weir::checkpoint::metadata::CheckpointMetadata::decode(&bytes).ok())
+        .flat_map(|m| m.operators)
+        .flat_map(|o| o.subtasks)
+        .flat_map(|s| s.lists)
+        .filter(|l| weir::runtime::channel_state::is_channel_state(&l.name))
+        .map(|l| l.items.len())
+        .sum()
+}
+
 /// Runs the job to its end, or until it is stopped with a savepoint after
 /// `options.stop_after_rows` rows.
 pub fn run(options: &CensusOptions) -> Result<JobExecutionResult> {

@@ -20,8 +20,13 @@ fn data_dir() -> PathBuf {
 /// seconds with checkpoints every 150 ms and a pause before each commit (which widens the
 /// window between a checkpoint's completion and its commit).
 fn census_cluster(work: &Path, rate: &str) -> LocalCluster {
+    census_cluster_with(work, rate, &[])
+}
+
+/// [`census_cluster`] with more census options.
+fn census_cluster_with(work: &Path, rate: &str, extra: &[&str]) -> LocalCluster {
     let work_dir = work.join("job");
-    let args = [
+    let mut args = vec![
         "--work-dir",
         work_dir.to_str().unwrap(),
         "--quiet",
@@ -36,7 +41,41 @@ fn census_cluster(work: &Path, rate: &str) -> LocalCluster {
         "--commit-delay-ms",
         "30",
     ];
+    args.extend_from_slice(extra);
     LocalCluster::new(env!("CARGO_BIN_EXE_census"), &args, &work.join("logs"))
+}
+
+/// Unaligned checkpoints across processes: barriers overtake the queues over the network
+/// (priority frames) into a slowed aggregation, the in-flight records are stored, and a
+/// TaskManager killed after such a checkpoint is replaced and the job restores them, with
+/// exactly-once output.
+#[test]
+fn unaligned_checkpoints_across_taskmanagers_survive_a_kill() {
+    let work = tempfile::tempdir().unwrap();
+    let extra = ["--unaligned", "--slow-aggregation-us", "300"];
+    let mut cluster = census_cluster_with(work.path(), "40000", &extra);
+    cluster.start(3, 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stored = 0;
+    while stored == 0 && Instant::now() < deadline && !cluster.jobmanager_exited() {
+        std::thread::sleep(Duration::from_millis(20));
+        stored = census::in_flight_chunks(&checkpoints(work.path()));
+    }
+    assert!(
+        stored > 0,
+        "no checkpoint stored records in flight:\n{}",
+        cluster.all_logs()
+    );
+    let victim = cluster.taskmanager_ids()[0].clone();
+    println!("SIGKILL {victim} after a checkpoint with {stored} in-flight chunks");
+    cluster.kill_taskmanager(&victim);
+    cluster.start_taskmanager("tm-r0", 1);
+    let verification = finish_and_verify(&mut cluster, work.path(), "unaligned cluster run");
+    assert_eq!(verification.committed_lines, verification.input_rows);
+    assert!(
+        cluster.log("jobmanager-1.err").contains("TaskManager lost"),
+        "the kill went unnoticed"
+    );
 }
 
 fn checkpoints(work: &Path) -> PathBuf {

@@ -60,25 +60,6 @@ enum Kill {
     DuringRestore(u64),
 }
 
-/// Records in flight stored by the checkpoints retained under `work` (the channel state of
-/// unaligned checkpoints), in list items.
-fn in_flight_items(work: &Path) -> usize {
-    let job = work.join("checkpoints").join(census::JOB_NAME);
-    let Ok(entries) = std::fs::read_dir(&job) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read(e.path().join("_metadata")).ok())
-        .filter_map(|bytes| weir::checkpoint::metadata::CheckpointMetadata::decode(&bytes).ok())
-        .flat_map(|m| m.operators)
-        .flat_map(|o| o.subtasks)
-        .flat_map(|s| s.lists)
-        .filter(|l| weir::runtime::channel_state::is_channel_state(&l.name))
-        .map(|l| l.items.len())
-        .sum()
-}
-
 fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
     let unaligned = extra.contains(&"--unaligned");
     let mut stored_in_flight = 0;
@@ -118,7 +99,7 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
             // first; resuming it afterwards must then do nothing.)
             let _ = child.kill();
             let status = child.wait().unwrap();
-            stored_in_flight += in_flight_items(work.path());
+            stored_in_flight += census::in_flight_chunks(&work.path().join("checkpoints"));
             println!("  run {run}: killed ({kill:?}), exit {status:?}");
         }
         let (mut child, lines) = spawn(work.path(), sink, true, extra);

@@ -100,7 +100,22 @@ fn print_summary(summary: &CheckpointSummary) {
                     files.states.join(", ")
                 );
             }
-            for list in &subtask.lists {
+            // An unaligned checkpoint's records in flight: one line, not one per key group.
+            let (in_flight, lists): (Vec<_>, Vec<_>) = subtask
+                .lists
+                .iter()
+                .partition(|l| weir::runtime::channel_state::is_channel_state(&l.name));
+            let chunks: usize = in_flight.iter().map(|l| l.items).sum();
+            if chunks > 0 {
+                println!(
+                    "  in-flight records (channel state of an unaligned checkpoint): {} chunks in {} \
+                     key groups or inputs, {}",
+                    chunks,
+                    in_flight.iter().filter(|l| l.items > 0).count(),
+                    bytes(in_flight.iter().map(|l| l.bytes).sum())
+                );
+            }
+            for list in lists {
                 println!(
                     "  {} state `{}`: {} items, {}",
                     if list.union { "union list" } else { "list" },

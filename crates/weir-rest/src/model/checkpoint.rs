@@ -105,6 +105,10 @@ pub struct CheckpointInfo {
     pub alignment_duration: u64,
     /// Subtasks that acknowledged it.
     pub num_acknowledged_subtasks: usize,
+    /// Whether some subtask took it unaligned (Flink's `is_unaligned`).
+    pub is_unaligned: bool,
+    /// Bytes of in-flight records stored as channel state (Flink's `persisted_data`).
+    pub persisted_data: u64,
     /// Where it was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub external_path: Option<String>,
@@ -138,6 +142,8 @@ impl CheckpointInfo {
             checkpointed_size: c.checkpointed_size,
             alignment_duration: c.max_alignment_duration().as_millis() as u64,
             num_acknowledged_subtasks: c.subtasks.len(),
+            is_unaligned: c.is_unaligned(),
+            persisted_data: c.persisted_data(),
             external_path: c.location.clone(),
             failure_message: c.failure.clone(),
         }
@@ -227,6 +233,10 @@ pub struct SubtaskCheckpointInfo {
     pub state_size: u64,
     /// Bytes the subtask wrote (less than `state_size` when incremental).
     pub checkpointed_size: u64,
+    /// Whether the subtask snapshotted unaligned (Flink's `unaligned_checkpoint`).
+    pub unaligned_checkpoint: bool,
+    /// Bytes of in-flight records it stored (Flink's `persisted_data`).
+    pub persisted_data: u64,
 }
 
 impl CheckpointDetails {
@@ -245,6 +255,8 @@ impl CheckpointDetails {
                     start_delay: s.start_delay.as_millis() as u64,
                     state_size: s.state_size,
                     checkpointed_size: s.checkpointed_size,
+                    unaligned_checkpoint: s.unaligned,
+                    persisted_data: s.persisted_data,
                 })
                 .collect(),
         }

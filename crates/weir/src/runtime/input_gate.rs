@@ -172,6 +172,11 @@ impl<T> InputGate<T> {
         }
     }
 
+    /// Whether a capture of in-flight records is in progress on some channel.
+    pub fn capturing(&self) -> bool {
+        self.channels.iter().any(|c| c.capturing.is_some())
+    }
+
     /// Whether every channel's capture has reached its in-order barrier or its end.
     pub fn capture_complete(&self) -> bool {
         self.channels.iter().all(|c| c.capturing.is_none())

@@ -488,6 +488,41 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_woken_while_waiting_for_room_queues_in_overdraft_and_sends_it_first() {
+        let (_h, cancel) = cancel_pair();
+        std::mem::forget(_h);
+        let (tx, rx) = channel::<u64>(1);
+        let (ring, wakeup) = crossbeam_channel::bounded::<()>(1);
+        let mut w = RecordWriter::new(vec![tx], ChannelSelector::Forward, 2, cancel)
+            .with_wakeup(Some(Arc::new(wakeup.clone())));
+        // The first batch fills the channel; the second would wait, but the wakeup rings.
+        ring.send(()).unwrap();
+        (0..6).for_each(|i| w.collect(i, None).unwrap());
+        assert_eq!(rx.rx.len(), 1, "nothing waited for room");
+        // Settling waits for room unless rung again: here it is rung, so it returns.
+        assert!(w.settle_overdraft(None).unwrap(), "still in overdraft");
+        // An event goes after everything before it, overdraft first, waiting for room.
+        let reader = std::thread::spawn(move || drain_blocking(&rx, 1));
+        while wakeup.try_recv().is_ok() {}
+        w.emit_event(&StreamEvent::EndOfStream).unwrap();
+        let (records, events) = reader.join().unwrap();
+        assert_eq!(records, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(events, vec![StreamEvent::EndOfStream]);
+    }
+
+    /// Reads `rx` until `events` events came.
+    fn drain_blocking(rx: &ChannelReceiver<u64>, events: usize) -> (Vec<u64>, Vec<StreamEvent>) {
+        let (mut records, mut seen) = (vec![], vec![]);
+        while seen.len() < events {
+            match rx.rx.recv().unwrap() {
+                StreamElement::Records(b) => records.extend(b.into_records()),
+                StreamElement::Event(e) => seen.push(e),
+            }
+        }
+        (records, seen)
+    }
+
+    #[test]
     fn events_follow_buffered_records() {
         let (mut w, rxs) = writer(1, ChannelSelector::Forward);
         w.collect(7, None).unwrap();

@@ -77,13 +77,15 @@ pub trait TaskInputs: Send {
 }
 
 /// Pushes `batch` (read from `channel` of `gate`) into the chain with `process`, in chunks
-/// of `n` records, until a barrier waits on a priority lane; the rest goes back in front of
-/// the channel.
+/// of `n` records, until a barrier waits on a priority lane or while a capture of in-flight
+/// records is in progress (`other_capturing`: on the task's other input), so that the task
+/// goes on reading the capturing channels; the rest goes back in front of the channel.
 fn process_in_chunks<T: Record>(
     gate: &mut InputGate<T>,
     channel: usize,
     batch: &mut RecordBatch<T>,
     n: usize,
+    other_capturing: bool,
     mut process: impl FnMut(&mut RecordBatch<T>) -> Result<(), TaskError>,
 ) -> Result<(), TaskError> {
     if batch.len() <= n {
@@ -92,7 +94,7 @@ fn process_in_chunks<T: Record>(
     let mut chunks = std::mem::take(batch).into_chunks(n);
     while let Some(mut piece) = chunks.next_chunk() {
         process(&mut piece)?;
-        if gate.priority_pending() {
+        if gate.priority_pending() || gate.capturing() || other_capturing {
             let rest = chunks.into_rest();
             if !rest.is_empty() {
                 gate.put_back(channel, rest);
@@ -163,11 +165,14 @@ impl<T: Record> TaskInputs for OneInput<T> {
         chunk: Option<usize>,
     ) -> Result<(), TaskError> {
         match (self.pending.as_mut(), chunk) {
-            (Some(batch), Some(n)) => {
-                process_in_chunks(&mut self.gate, self.pending_channel, batch, n, |piece| {
-                    chain.process_records(piece)
-                })
-            }
+            (Some(batch), Some(n)) => process_in_chunks(
+                &mut self.gate,
+                self.pending_channel,
+                batch,
+                n,
+                false,
+                |piece| chain.process_records(piece),
+            ),
             (Some(batch), None) => chain.process_records(batch),
             (None, _) => Ok(()),
         }
@@ -393,17 +398,23 @@ impl<A: Record, B: Record> TaskInputs for TwoInputs<A, B> {
         let channel = self.pending_channel;
         if let Some(batch) = self.pending_first.as_mut() {
             match chunk {
-                Some(n) => process_in_chunks(&mut self.first, channel, batch, n, |piece| {
-                    chain.process_records(piece)
-                })?,
+                Some(n) => {
+                    let other = self.second.capturing();
+                    process_in_chunks(&mut self.first, channel, batch, n, other, |piece| {
+                        chain.process_records(piece)
+                    })?
+                }
                 None => chain.process_records(batch)?,
             }
         }
         if let Some(batch) = self.pending_second.as_mut() {
             match chunk {
-                Some(n) => process_in_chunks(&mut self.second, channel, batch, n, |piece| {
-                    chain.process_records_second(piece)
-                })?,
+                Some(n) => {
+                    let other = self.first.capturing();
+                    process_in_chunks(&mut self.second, channel, batch, n, other, |piece| {
+                        chain.process_records_second(piece)
+                    })?
+                }
                 None => chain.process_records_second(batch)?,
             }
         }

@@ -361,3 +361,64 @@ fn credits_beyond_the_window_fail_the_connection() {
     );
     drop(senders);
 }
+
+/// An unaligned checkpoint's barrier crosses a connection whose channel is full: it spends
+/// no credit, arrives on the receiver's priority lane ahead of the queued batches and rings
+/// the receiving task's doorbell; a sender waiting for credits with a wakeup gets its
+/// element back when the wakeup rings.
+#[test]
+fn a_priority_barrier_overtakes_a_full_channel_and_a_waiting_sender_defers() {
+    use crate::runtime::stream_element::{CheckpointBarrier, SnapshotType};
+    let (a, b) = (environment("tm-a", 7), environment("tm-b", 7));
+    let (mut ca, mut cb) = connect(&a, &b);
+    let (mut senders, mut receivers) = remote_channels(1, 2, (&ca, &cb));
+    ca.seal();
+    cb.seal();
+    let (tx, rx) = (senders.remove(0), receivers.remove(0));
+    let cancel = never_cancelled();
+    let (bell, doorbell) = crossbeam_channel::bounded::<()>(1);
+    let mut gate = InputGate::new(vec![rx], cancel.clone()).with_doorbell(bell, doorbell.clone());
+    gate.watch_priority();
+    // Fill the window: the next send would wait for a credit.
+    tx.send(batch(0..1), &cancel).unwrap();
+    tx.send(batch(1..2), &cancel).unwrap();
+    let barrier = CheckpointBarrier {
+        checkpoint_id: 3,
+        timestamp_millis: 0,
+        snapshot_type: SnapshotType::Checkpoint,
+        is_final: false,
+        stop: None,
+        unaligned: true,
+    };
+    tx.send_priority(barrier).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = loop {
+        if let Some(seen) = gate.poll_priority() {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "the priority barrier never came");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(seen, (0, barrier));
+    // The doorbell rang, and reading the lanes emptied it.
+    assert!(doorbell.is_empty());
+    // A sender out of credits defers at once once its wakeup has rung.
+    let (ring, wakeup) = crossbeam_channel::bounded::<()>(1);
+    ring.send(()).unwrap();
+    let back = tx.send_or_defer(batch(2..3), &cancel, &wakeup).unwrap();
+    assert_eq!(back, Some(batch(2..3)));
+    // The queued batches are all still there, behind the barrier.
+    let mut records = Vec::new();
+    while let Some((_, element)) = gate.poll().unwrap() {
+        if let StreamElement::Records(b) = element {
+            records.extend(b.into_records());
+        }
+        if records.len() == 2 {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!("the queued batches never came");
+        }
+    }
+    assert_eq!(records, vec![0, 1]);
+}
