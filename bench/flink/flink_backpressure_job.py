@@ -20,7 +20,7 @@ import time
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flink_rest import get, rest_port  # noqa: E402
+from flink_rest import get, log_to, rest_port, streaming_table_env  # noqa: E402
 
 
 def main():
@@ -37,12 +37,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
 
-    from pyflink.common import Configuration
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
-    log_dir = os.path.abspath(os.path.join(a.dir, "log"))
-    os.makedirs(log_dir, exist_ok=True)
-    os.environ["FLINK_LOG_DIR"] = log_dir
+    log_dir = log_to(a.dir)
     conf = {
         "parallelism.default": str(a.parallelism),
         "execution.checkpointing.interval": f"{a.interval_ms}ms",
@@ -61,13 +56,7 @@ def main():
         "metrics.fetcher.update-interval": "200ms",
         "pipeline.jars": "file://" + os.path.abspath(a.jar),
     }
-    c = Configuration()
-    for k, v in conf.items():
-        c.set_string(k, v)
-    t_env = TableEnvironment.create(
-        EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(c).build())
-    for k, v in conf.items():
-        t_env.get_config().set(k, v)
+    t_env = streaming_table_env(conf)
     t_env.create_java_temporary_function("throttle", "weir.bench.Throttle")
     t_env.execute_sql(f"""
 CREATE TABLE src (`key` BIGINT) WITH (

@@ -20,7 +20,7 @@ import time
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flink_rest import get, rest_port  # noqa: E402
+from flink_rest import get, log_to, rest_port, streaming_table_env  # noqa: E402
 
 
 def status_mib(pid, key):
@@ -60,14 +60,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.checkpoint_dir, exist_ok=True)
 
-    from pyflink.common import Configuration
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
-    # PyFlink's gateway logs where FLINK_LOG_DIR says; the MiniCluster's REST port (a free
-    # one, whatever is configured) is read back from that log.
-    log_dir = os.path.abspath(os.path.join(a.checkpoint_dir, "log"))
-    os.makedirs(log_dir, exist_ok=True)
-    os.environ["FLINK_LOG_DIR"] = log_dir
+    log_dir = log_to(a.checkpoint_dir)
     conf = {
         "parallelism.default": str(a.parallelism),
         "execution.checkpointing.interval": f"{a.interval_ms}ms",
@@ -87,13 +80,7 @@ def main():
         # Per-record updates, as Weir emits them: no mini-batches.
         "table.exec.mini-batch.enabled": "false",
     }
-    c = Configuration()
-    for k, v in conf.items():
-        c.set_string(k, v)
-    t_env = TableEnvironment.create(
-        EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(c).build())
-    for k, v in conf.items():
-        t_env.get_config().set(k, v)
+    t_env = streaming_table_env(conf)
 
     rate = a.update_fraction * a.keys / (a.interval_ms / 1000)
     t_env.execute_sql(f"""

@@ -42,16 +42,9 @@ fn config(parallelism: u32, mode: CheckpointingMode) -> ExecutionConfig {
         })
 }
 
-/// Every rolling-count update of an uninterrupted run: (key, n) for n = 1..=count(key).
+/// Every rolling-count update of an uninterrupted run.
 fn expected_updates() -> Vec<(u64, u64)> {
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    (0..RECORDS)
-        .map(|i| {
-            let c = counts.entry(key_of(i)).or_insert(0);
-            *c += 1;
-            (key_of(i), *c)
-        })
-        .collect()
+    common::rolling_counts(RECORDS, key_of)
 }
 
 /// Runs the keyed count with failures injected before each of `fail_at` records (each once).

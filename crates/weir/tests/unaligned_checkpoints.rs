@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,14 +47,7 @@ fn config(parallelism: u32, checkpoint: CheckpointConfig) -> ExecutionConfig {
 
 /// Every rolling-count update of an uninterrupted run.
 fn expected_updates() -> Vec<(u64, u64)> {
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    (0..RECORDS)
-        .map(|i| {
-            let c = counts.entry(key_of(i)).or_insert(0);
-            *c += 1;
-            (key_of(i), *c)
-        })
-        .collect()
+    common::rolling_counts(RECORDS, key_of)
 }
 
 /// Fails once before each record of `at`, in the stage it is placed in.

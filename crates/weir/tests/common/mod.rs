@@ -282,3 +282,16 @@ impl weir::KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
         Ok(())
     }
 }
+
+/// Every rolling-count update of an uninterrupted run over records `0..records` keyed by
+/// `key_of`: (key, n) for n = 1..=count(key).
+pub fn rolling_counts(records: u64, key_of: impl Fn(u64) -> u64) -> Vec<(u64, u64)> {
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    (0..records)
+        .map(|i| {
+            let c = counts.entry(key_of(i)).or_insert(0);
+            *c += 1;
+            (key_of(i), *c)
+        })
+        .collect()
+}
