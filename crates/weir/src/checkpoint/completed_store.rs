@@ -386,6 +386,23 @@ impl CompletedCheckpointStore {
         }
     }
 
+    /// Deletes the location of checkpoint `id`, which will not complete. Its id must never
+    /// be taken again, not even by a later process — a sink may have named a transaction
+    /// after it — and once the location is gone nothing in storage shows that it was used;
+    /// so the record keeps the id first. If that write fails the location stays, and the
+    /// next start, which counts the ids of all locations, sees it.
+    pub fn discard_unfinished(&mut self, id: u64, location: &str) {
+        if id > self.record.max_id {
+            self.record.max_id = id;
+            if let Err(e) = self.write() {
+                tracing::warn!(checkpoint = id, %location, error = %e,
+                    "cannot record the id of a failed checkpoint; its files stay until the next start");
+                return;
+            }
+        }
+        self.discard(location);
+    }
+
     /// Reads the metadata of a restore point.
     pub fn read_metadata(
         &self,

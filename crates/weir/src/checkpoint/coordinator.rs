@@ -11,7 +11,7 @@
 //!   `min_pause` after the previous completion.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::config::CheckpointConfig;
 use crate::checkpoint::metadata::{CheckpointMetadata, OperatorState, OperatorSubtaskState};
@@ -486,12 +486,33 @@ impl CheckpointCoordinator {
     /// id is skipped, the failure counts towards the tolerable ones, and the next periodic
     /// attempt waits a whole interval — a storage that keeps refusing must not make the job
     /// manager spin.
-    pub fn trigger_failed(&mut self, kind: SnapshotType, now: Instant) {
+    ///
+    /// It counts as a failed checkpoint in the statistics, as in Flink, with `reason`.
+    pub fn trigger_failed(
+        &mut self,
+        kind: SnapshotType,
+        reason: &str,
+        now: Instant,
+        timestamp_millis: u64,
+    ) {
+        let id = self.next_id;
         self.next_id += 1;
         if kind == SnapshotType::Checkpoint {
             self.last_trigger = Some(now);
             self.consecutive_failures += 1;
         }
+        self.history.record(CheckpointStats {
+            id,
+            kind,
+            status: CheckpointStatus::Failed,
+            trigger_timestamp_millis: timestamp_millis,
+            duration: Some(Duration::ZERO),
+            state_size: 0,
+            checkpointed_size: 0,
+            subtasks: Vec::new(),
+            failure: Some(reason.to_string()),
+            location: None,
+        });
     }
 
     /// Checkpoint `next_id()` will not start after all (the job changed while its location
@@ -569,7 +590,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = CheckpointCoordinator::new(config().with_tolerable_failures(1), 7, t0);
         assert!(c.should_trigger(t0 + 100 * MS));
-        c.trigger_failed(SnapshotType::Checkpoint, t0 + 100 * MS);
+        c.trigger_failed(SnapshotType::Checkpoint, "no room", t0 + 100 * MS, 0);
         assert_eq!(
             c.next_id(),
             8,
@@ -581,7 +602,12 @@ mod tests {
         );
         assert!(c.should_trigger(t0 + 200 * MS));
         assert!(!c.failures_exceed_tolerance());
-        c.trigger_failed(SnapshotType::Checkpoint, t0 + 200 * MS);
+        c.trigger_failed(SnapshotType::Checkpoint, "no room", t0 + 200 * MS, 0);
+        assert_eq!(
+            c.history().failed,
+            2,
+            "a trigger failure counts as a failed checkpoint"
+        );
         assert!(c.failures_exceed_tolerance());
     }
 

@@ -11,7 +11,7 @@ use crate::checkpoint::metadata::{
     IncrementalKeyedStateHandle, ListItem, ListStateEntry, ListStateHandle, StoredItem,
 };
 use crate::checkpoint::restore::RestoreAssignment;
-use crate::checkpoint::storage::CheckpointStorage;
+use crate::checkpoint::storage::{CheckpointStorage, StorageError};
 use crate::error::{SubtaskDisplay, WeirError};
 use crate::graph::execution_graph::SubtaskRef;
 use crate::graph::ids::NodeId;
@@ -110,6 +110,17 @@ pub enum DeployError {
     Other(WeirError),
 }
 
+/// A state file of the restore point could not be read: damaged or missing, it is corrupt
+/// state (recovery may fall back to an older restore point); an I/O error is a failure of
+/// this run only — the storage may answer next time, and the checkpoint is not to be given
+/// up for it.
+fn unreadable_state(error: StorageError) -> DeployError {
+    match error {
+        StorageError::Io { .. } => DeployError::Unavailable(error.into()),
+        other => DeployError::CorruptState(other.to_string()),
+    }
+}
+
 impl From<WeirError> for DeployError {
     fn from(e: WeirError) -> Self {
         DeployError::Other(e)
@@ -173,7 +184,7 @@ fn download_state_files(
         };
         let bytes = storage
             .read_range(from, &file.stored_name, 0, file.size, &verify)
-            .map_err(|e| DeployError::CorruptState(e.to_string()))?;
+            .map_err(unreadable_state)?;
         let dest = files.dir().join(&file.local_name);
         std::fs::write(&dest, &bytes).map_err(|e| local_error("write", &dest, e))?;
     }
@@ -223,7 +234,7 @@ fn resolve_lists(
         };
         let bytes = storage
             .read_range(location, file, start, end - start, &verify)
-            .map_err(|e| DeployError::CorruptState(e.to_string()))?;
+            .map_err(unreadable_state)?;
         read.insert(file, (start, bytes));
     }
     handles
@@ -283,7 +294,7 @@ fn load_state(
             };
             let bytes = storage
                 .read_range(&restore.location, file, entry.offset, entry.length, &verify)
-                .map_err(|e| corrupt(e.to_string()))?;
+                .map_err(unreadable_state)?;
             let path = format!("{}/{file}", restore.location);
             keyed.push(
                 decode_key_group_block(entry, &bytes, &path).map_err(|e| corrupt(e.to_string()))?,

@@ -7,6 +7,7 @@
 //! configured, every file also gets a second copy, and reads take whichever copy verifies.
 
 pub mod conformance;
+pub mod fault_injecting;
 mod filesystem;
 mod memory;
 mod registry;
@@ -14,6 +15,10 @@ mod registry;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use fault_injecting::{
+    register_fault_plan, FaultInjectingStorage, FaultPlan, InjectedFault, StorageFault,
+    StorageOperation,
+};
 pub use filesystem::FsCheckpointStorage;
 pub use memory::MemoryCheckpointStorage;
 pub use registry::{register_storage_scheme, StorageFactory};

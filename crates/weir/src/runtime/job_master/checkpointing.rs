@@ -79,21 +79,25 @@ impl JobMaster {
     }
 
     /// Deletes a location (on the worker; best effort, a leftover goes at the next start).
-    pub(super) fn discard(&mut self, location: &str) {
-        self.discard_with_uploads(location, Vec::new());
+    pub(super) fn discard(&mut self, id: u64, location: &str) {
+        self.discard_with_uploads(id, location, Vec::new());
     }
 
     /// Deletes what a checkpoint that will not complete wrote: its location, and the shared
     /// files its acknowledgements uploaded.
     pub(super) fn discard_pending(&mut self, pending: &PendingCheckpoint) {
-        self.discard_with_uploads(&pending.location, pending.shared_uploads());
+        self.discard_with_uploads(
+            pending.barrier.checkpoint_id,
+            &pending.location,
+            pending.shared_uploads(),
+        );
     }
 
-    fn discard_with_uploads(&mut self, location: &str, shared_uploads: Vec<String>) {
+    fn discard_with_uploads(&mut self, id: u64, location: &str, shared_uploads: Vec<String>) {
         let location = location.to_string();
         self.io.submit(move |context| {
-            if let Some(store) = &context.store {
-                store.discard(&location);
+            if let Some(store) = context.store.as_mut() {
+                store.discard_unfinished(id, &location);
                 store.discard_shared_uploads(&shared_uploads);
             }
             None
@@ -218,7 +222,12 @@ impl JobMaster {
         let location = match result {
             Ok(location) => location,
             Err(InitFailure { error, fenced }) => {
-                self.coordinator.trigger_failed(kind, self.clock.now());
+                self.coordinator.trigger_failed(
+                    kind,
+                    &format!("cannot create the location: {error}"),
+                    self.clock.now(),
+                    self.clock.unix_millis(),
+                );
                 match fenced {
                     Some(fenced) => {
                         if let Requester::Savepoint(reply) | Requester::Stop(_, reply) = requester {
@@ -243,7 +252,7 @@ impl JobMaster {
         };
         if let Err(error) = still_possible {
             self.coordinator.skip(id);
-            self.discard(&location);
+            self.discard(id, &location);
             match requester {
                 // Overtaken by the job's course (its input ended, it fails): no news.
                 Requester::Periodic => {

@@ -10,9 +10,15 @@ use super::{JobCommand, JobMaster, JobPhase};
 use crate::checkpoint::config::RetentionOnCancel;
 use crate::checkpoint::job_record::RecordedStatus;
 use crate::checkpoint::savepoint::Savepoint;
+use crate::checkpoint::storage::StorageError;
 use crate::error::WeirError;
 use crate::runtime::deployment::DeployError;
 use crate::runtime::job_result::JobStatus;
+
+/// How many times the job's end is written before it is given up.
+const END_RECORD_ATTEMPTS: u32 = 4;
+/// The wait before the n-th retry is n times this.
+const END_RECORD_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl JobMaster {
     /// Slots the job needs: with slot sharing, its largest parallelism.
@@ -229,6 +235,10 @@ impl JobMaster {
                         // The check itself failed: a failure like the run's, retried.
                         self.after_attempt(AttemptEnd::Failed(WeirError::Fenced(fenced)));
                     }
+                    // The storage did not answer: retried like a failed run.
+                    Err(error @ WeirError::Storage(StorageError::Io { .. })) => {
+                        self.after_attempt(AttemptEnd::Failed(error));
+                    }
                     Err(error) => self.outcome = Some(Err(error)),
                 }
             }
@@ -245,6 +255,16 @@ impl JobMaster {
                 };
                 self.outcome = Some(match result {
                     Ok(()) => Ok(self.summarize(status, savepoint)),
+                    // Finished is safe to leave unrecorded: the record still names the final
+                    // checkpoint, so a resumed run restores it, finds every input read and
+                    // ends; only the clean-up waits. (A stop's savepoint is not safe so: a
+                    // resume could take an older checkpoint.)
+                    Err(e)
+                        if status == JobStatus::Finished && !matches!(e, WeirError::Fenced(_)) =>
+                    {
+                        tracing::warn!(error = %e, "the job finished, but its end could not be recorded: its checkpoints stay until it is resumed or they are deleted");
+                        Ok(self.summarize(status, savepoint))
+                    }
                     Err(e) => Err(e),
                 });
             }
@@ -286,10 +306,23 @@ impl JobMaster {
 
     fn submit_end(&mut self, status: RecordedStatus) {
         self.io.submit(move |context| {
-            let result = match context.store.as_mut() {
-                Some(store) => store.record_end(status),
-                None => Ok(()),
+            let Some(store) = context.store.as_mut() else {
+                return Some(StoreReply::EndRecorded(Ok(())));
             };
+            // A storage that fails once (a full disk being cleaned, a flaky mount) gets a
+            // few more tries before the end goes unrecorded.
+            let mut result = store.record_end(status.clone());
+            for attempt in 1..END_RECORD_ATTEMPTS {
+                let Err(error) = &result else {
+                    break;
+                };
+                if matches!(error, WeirError::Fenced(_)) {
+                    break;
+                }
+                tracing::warn!(%error, attempt, "cannot record how the job ended; retrying");
+                std::thread::sleep(END_RECORD_RETRY_DELAY * attempt);
+                result = store.record_end(status.clone());
+            }
             Some(StoreReply::EndRecorded(result))
         });
     }

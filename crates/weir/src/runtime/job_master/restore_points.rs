@@ -9,6 +9,7 @@ use crate::checkpoint::job_record::RecordedCheckpoint;
 use crate::checkpoint::recovery::CorruptCheckpointPolicy;
 use crate::checkpoint::recovery::{on_unusable, RecoveryContext};
 use crate::checkpoint::restore::assign_state;
+use crate::checkpoint::storage::StorageError;
 use crate::error::WeirError;
 use crate::graph::stream_graph::StreamGraph;
 use crate::runtime::deployment::RestorePoint;
@@ -72,6 +73,9 @@ pub fn resolve(
                     assignment,
                 }));
             }
+            // The storage did not answer: the checkpoint may be fine, and is not given up for
+            // it. The start fails (a restart retries it under the restart strategy).
+            Err(e @ StorageError::Io { .. }) => return Err(WeirError::Storage(e)),
             Err(e) => {
                 unusable(
                     context,
