@@ -287,3 +287,70 @@ fn the_line_is_where_the_row_starts_after_empty_lines_and_quoted_newlines() {
         bad.origin
     );
 }
+
+#[test]
+fn a_line_longer_than_the_maximum_is_a_malformed_record_under_each_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "x".repeat(3 << 20);
+    // The limit is exact: a line of 1024 bytes passes, one of 1025 does not.
+    let at_limit = "y".repeat(1024);
+    write(
+        dir.path(),
+        "lines.txt",
+        &format!("first\n{long}\n{at_limit}\r\n{}\nlast", "z".repeat(1025)),
+    );
+    let source = || FileSource::lines(dir.path()).with_max_record_bytes(1024);
+
+    let job = env();
+    let lines = job
+        .from_source(
+            source().on_malformed(MalformedRecordPolicy::Skip),
+            WatermarkStrategy::no_watermarks(),
+            "lines",
+        )
+        .collect();
+    let result = job.execute("skip").unwrap();
+    assert_eq!(
+        lines.take(),
+        vec!["first".to_string(), at_limit.clone(), "last".into()]
+    );
+    assert_eq!(result.operator("Source: lines").unwrap().records_skipped, 2);
+
+    let job = env();
+    let all = job
+        .from_source(
+            source().with_dead_letters(),
+            WatermarkStrategy::no_watermarks(),
+            "lines",
+        )
+        .collect();
+    job.execute("dead letters").unwrap();
+    let dead: Vec<MalformedRecord> = all.take().into_iter().filter_map(Result::err).collect();
+    assert_eq!(dead.len(), 2);
+    let RecordOrigin::File { line, .. } = dead[0].origin else {
+        panic!("{:?}", dead[0].origin);
+    };
+    assert_eq!(line, 2);
+    assert!(
+        dead[0].raw.len() <= 256,
+        "the dead letter holds {} bytes",
+        dead[0].raw.len()
+    );
+    assert!(
+        dead[0]
+            .error
+            .to_string()
+            .contains(&format!("takes {} bytes", long.len() + 1)),
+        "{}",
+        dead[0].error
+    );
+
+    let job = env();
+    job.from_source(source(), WatermarkStrategy::no_watermarks(), "lines")
+        .collect();
+    let err = job.execute("fail").unwrap_err().to_string();
+    assert!(
+        err.contains("lines.txt:2") && err.contains("with_max_record_bytes"),
+        "{err}"
+    );
+}

@@ -197,11 +197,12 @@ fn resume_if_refused(first: Run, name: &str, dir: &Path, plan: &FaultPlan, conte
     next
 }
 
-/// Faults on a checkpoint's own files: that checkpoint must never complete.
-fn fails_its_checkpoint(fault: &InjectedFault) -> Option<u64> {
+/// Faults on a checkpoint's own files: that checkpoint must never complete. (A location
+/// that could not be created had no barrier and no files: a later process may take its id.)
+fn fails_its_checkpoint(fault: &InjectedFault, resumed: bool) -> Option<u64> {
     match fault.operation {
-        StorageOperation::CreateLocation
-        | StorageOperation::WriteFile
+        StorageOperation::CreateLocation if !resumed => fault.snapshot_id(),
+        StorageOperation::WriteFile
         | StorageOperation::CopyFileIn
         | StorageOperation::WriteMetadata => fault.snapshot_id(),
         _ => None,
@@ -261,8 +262,10 @@ fn check(run: &Run, plan: &FaultPlan, dir: &Path, context: &str) {
             result.restarts
         );
     }
-    let failed_checkpoints: BTreeSet<u64> =
-        injected.iter().filter_map(fails_its_checkpoint).collect();
+    let failed_checkpoints: BTreeSet<u64> = injected
+        .iter()
+        .filter_map(|f| fails_its_checkpoint(f, run.resumed))
+        .collect();
     for id in &failed_checkpoints {
         assert!(
             !run.notified.contains(id),
@@ -339,7 +342,14 @@ fn each_storage_fault_fails_its_checkpoint_cleanly_and_the_output_stays_exact() 
                     store.clone(),
                     true,
                 );
-                resume_if_refused(second, &name, dir.path(), &plan, &context)
+                // A state file that cannot be read fails that deployment only: the restart
+                // reads it again. Metadata or the record that cannot be read at the start
+                // refuses the start, naming the file.
+                if operation == ReadFile {
+                    second
+                } else {
+                    resume_if_refused(second, &name, dir.path(), &plan, &context)
+                }
             }
             // A write fault is followed by a failure, and recovery.
             _ => run(
@@ -449,5 +459,52 @@ fn a_storage_fault_before_the_job_runs_fails_its_start_naming_the_storage() {
             "{fault:?} at the first {operation:?}: {message}"
         );
         assert!(run.output.is_empty() && run.notified.is_empty());
+    }
+}
+
+#[test]
+fn a_failed_checkpoints_id_is_never_taken_again_not_even_by_a_resumed_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // The third checkpoint's first state file cannot be written, and the job fails for good
+    // right after: the failed checkpoint is the newest id it used.
+    let plan =
+        Arc::new(FaultPlan::new().fail_call(StorageOperation::WriteFile, 5, StorageFault::NoSpace));
+    let first = run(
+        "reuse",
+        dir.path(),
+        Arc::clone(&plan),
+        3,
+        0,
+        Failure::AfterFault,
+    );
+    assert!(first.result.is_err(), "the first run did not fail");
+    let failed = plan.injected()[0]
+        .snapshot_id()
+        .expect("a checkpoint's file");
+    let resumed = run_with(
+        "reuse",
+        dir.path(),
+        Arc::new(FaultPlan::new()),
+        3,
+        0,
+        Failure::Never,
+        first.store.clone(),
+        true,
+    );
+    let result = resumed.result.as_ref().expect("the resumed run");
+    assert!(result.checkpoints.completed > 0);
+    let reused: Vec<u64> = resumed
+        .notified
+        .iter()
+        .copied()
+        .filter(|id| *id <= failed)
+        .collect();
+    assert!(
+        reused.is_empty(),
+        "checkpoint {failed} failed, yet the resumed job took ids {reused:?}"
+    );
+    let expected = multiset(&common::rolling_counts(RECORDS, key_of));
+    if let Some(d) = diff(&expected, &multiset(&resumed.output)) {
+        panic!("{d}");
     }
 }

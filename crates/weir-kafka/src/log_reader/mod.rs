@@ -30,6 +30,13 @@ mod batches;
 pub use batches::RESEND_HEADER;
 use batches::{fold_committed, split_batches, OutcomeTracker, RawBatch, ResendTracker};
 
+/// The largest response the reader takes (fetches ask for a few MiB; a broker may return one
+/// batch larger than asked, up to its `message.max.bytes`): beyond it a length field is a
+/// protocol error, never an allocation.
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+/// What is allocated for a response before its bytes arrive.
+const INITIAL_RESPONSE_CAPACITY: usize = 1 << 20;
+
 /// The protocol versions this reader asks for (capped by what the broker supports): the
 /// last ones that name topics rather than topic ids.
 const FETCH_VERSION: i16 = 11;
@@ -173,8 +180,24 @@ impl BrokerConnection {
         self.stream.read_exact(&mut size).map_err(io)?;
         let size = usize::try_from(i32::from_be_bytes(size))
             .map_err(|_| self.protocol_error("negative response size".into()))?;
-        let mut response = vec![0u8; size];
-        self.stream.read_exact(&mut response).map_err(io)?;
+        if size > MAX_RESPONSE_BYTES {
+            return Err(self.protocol_error(format!(
+                "a {key:?} response of {size} bytes is larger than the reader accepts \
+                 ({MAX_RESPONSE_BYTES} bytes)"
+            )));
+        }
+        // Memory follows the bytes that arrive, not the length the peer claims.
+        let mut response = Vec::with_capacity(size.min(INITIAL_RESPONSE_CAPACITY));
+        (&mut self.stream)
+            .take(size as u64)
+            .read_to_end(&mut response)
+            .map_err(io)?;
+        if response.len() != size {
+            return Err(self.protocol_error(format!(
+                "the connection ended {} bytes into a {key:?} response of {size}",
+                response.len()
+            )));
+        }
         let mut response = Bytes::from(response);
         let header = ResponseHeader::decode(&mut response, key.response_header_version(version))
             .map_err(|e| self.protocol_error(format!("decoding {key:?} header: {e}")))?;
@@ -485,5 +508,56 @@ impl LogReader {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A "broker" on 127.0.0.1 that reads one request and answers with `answer`.
+    fn broker(answer: Vec<u8>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let mut length = [0u8; 4];
+                if stream.read_exact(&mut length).is_ok() {
+                    let mut request = vec![0u8; i32::from_be_bytes(length).max(0) as usize];
+                    let _ = stream.read_exact(&mut request);
+                    let _ = stream.write_all(&answer);
+                }
+            }
+        });
+        address
+    }
+
+    #[test]
+    fn a_response_length_beyond_the_limit_is_an_error_not_an_allocation() {
+        let address = broker(i32::MAX.to_be_bytes().to_vec());
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5)) else {
+            panic!("connected");
+        };
+        let message = err.to_string();
+        assert!(
+            message.contains("larger than the reader accepts") && message.contains(&address),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_response_cut_short_is_an_error_naming_the_broker() {
+        let mut answer = 1000i32.to_be_bytes().to_vec();
+        answer.extend_from_slice(&[0u8; 10]);
+        let address = broker(answer);
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5)) else {
+            panic!("connected");
+        };
+        let message = err.to_string();
+        assert!(
+            message.contains("ended 10 bytes into") && message.contains(&address),
+            "{message}"
+        );
     }
 }

@@ -82,13 +82,26 @@ pub struct FileReader<T> {
     splits: SplitQueue<FileSplit>,
     open: Option<OpenFile>,
     line_buffer: Vec<u8>,
+    /// The longest line kept; a longer one is a malformed record.
+    max_record_bytes: usize,
+    /// The length of the line just read, when it was longer than `max_record_bytes`.
+    oversized: Option<u64>,
     record: ByteRecord,
 }
 
-/// Appends the next line (with its `\n`, if any) to `line` and returns its length in bytes,
-/// 0 at the end. `BufRead::read_until` does the same with a byte-at-a-time-word search; the
+/// How much of an oversized line a malformed record shows.
+const PREVIEW_BYTES: usize = 256;
+
+/// Appends the next line (with its `\n`, if any) to `line`, at most `max` bytes of it, and
+/// returns its length in bytes (0 at the end); the rest of a longer line is read past
+/// without being kept, so memory never grows with a line's length (`line.len() < read` says
+/// it was cut). `BufRead::read_until` does the same with a byte-at-a-time-word search; the
 /// `memchr` crate's vectorized one matters for long lines such as JSON records.
-fn read_line(reader: &mut BufReader<File>, line: &mut Vec<u8>) -> std::io::Result<usize> {
+fn read_line(
+    reader: &mut BufReader<File>,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
     let mut read = 0;
     loop {
         let buffer = match reader.fill_buf() {
@@ -103,7 +116,8 @@ fn read_line(reader: &mut BufReader<File>, line: &mut Vec<u8>) -> std::io::Resul
             Some(at) => (at + 1, true),
             None => (buffer.len(), false),
         };
-        line.extend_from_slice(&buffer[..taken]);
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&buffer[..taken.min(room)]);
         reader.consume(taken);
         read += taken;
         if done {
@@ -153,6 +167,7 @@ impl<T: Record> FileReader<T> {
         malformed: MalformedRecordHandler<T>,
         decoder: Decoder<T>,
         records_per_second: Option<f64>,
+        max_record_bytes: usize,
     ) -> Self {
         let limiter = RateLimiter::new(records_per_second, context.parallelism());
         Self {
@@ -165,6 +180,8 @@ impl<T: Record> FileReader<T> {
             splits: SplitQueue::default(),
             open: None,
             line_buffer: Vec::new(),
+            max_record_bytes,
+            oversized: None,
             record: ByteRecord::new(),
         }
     }
@@ -255,7 +272,10 @@ impl<T: Record> FileReader<T> {
         match open {
             OpenFile::Lines(reader) => {
                 self.line_buffer.clear();
-                let n = read_line(reader, &mut self.line_buffer).map_err(|e| {
+                // One byte more than allowed is kept, to tell a line of exactly the maximum
+                // (with its newline) from a longer one.
+                let keep = self.max_record_bytes.saturating_add(2);
+                let n = read_line(reader, &mut self.line_buffer, keep).map_err(|e| {
                     format!(
                         "file source: cannot read `{}` at byte {}: {e}",
                         split.path, split.offset
@@ -266,11 +286,21 @@ impl<T: Record> FileReader<T> {
                 }
                 split.offset += n as u64;
                 split.line += 1;
+                self.oversized = None;
+                if self.line_buffer.len() < n {
+                    self.oversized = Some(n as u64);
+                    self.line_buffer.truncate(PREVIEW_BYTES);
+                    return Ok(true);
+                }
                 if self.line_buffer.last() == Some(&b'\n') {
                     self.line_buffer.pop();
                     if self.line_buffer.last() == Some(&b'\r') {
                         self.line_buffer.pop();
                     }
+                }
+                if self.line_buffer.len() > self.max_record_bytes {
+                    self.oversized = Some(n as u64);
+                    self.line_buffer.truncate(PREVIEW_BYTES);
                 }
                 Ok(true)
             }
@@ -345,6 +375,12 @@ impl<T: Record> SourceReader for FileReader<T> {
             let file = self.splits.front().map_or("", |s| s.path.as_str());
             let location = RecordLocation { file, line };
             let decoded = match expected_fields {
+                _ if let Some(length) = self.oversized => Err(DecodeError::new(format!(
+                    "the line takes {length} bytes with its line break, more than the {} a \
+                     record may have (raise it with `with_max_record_bytes` on the source); \
+                     shown cut",
+                    self.max_record_bytes
+                ))),
                 Some(expected) if self.strict_columns && self.record.len() != expected => {
                     Err(DecodeError::new(format!(
                         "expected {expected} fields, found {} (set `flexible()` on the source \
@@ -402,5 +438,28 @@ impl<T: Record> SourceReader for FileReader<T> {
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<FileSplit>, BoxError> {
         Ok(self.splits.snapshot())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_read_past_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.txt");
+        std::fs::write(&path, format!("{}\nnext\n", "x".repeat(10 << 20))).unwrap();
+        let mut reader = BufReader::new(File::open(&path).unwrap());
+        let mut line = Vec::new();
+        assert_eq!(
+            read_line(&mut reader, &mut line, 1000).unwrap(),
+            (10 << 20) + 1
+        );
+        assert_eq!(line.len(), 1000);
+        assert!(line.capacity() < 64 << 10, "{} bytes held", line.capacity());
+        line.clear();
+        assert_eq!(read_line(&mut reader, &mut line, 1000).unwrap(), 5);
+        assert_eq!(line, b"next\n");
     }
 }

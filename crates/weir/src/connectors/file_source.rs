@@ -94,9 +94,13 @@ pub struct FileSource<T> {
     flexible: bool,
     monitor: Option<Duration>,
     records_per_second: Option<f64>,
+    max_record_bytes: usize,
     decoder: Decoder<T>,
     _record: PhantomData<fn() -> T>,
 }
+
+/// The longest line a file source takes by default (16 MiB); a longer one is malformed.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 << 20;
 
 impl<T> Clone for FileSource<T> {
     fn clone(&self) -> Self {
@@ -108,6 +112,7 @@ impl<T> Clone for FileSource<T> {
             flexible: self.flexible,
             monitor: self.monitor,
             records_per_second: self.records_per_second,
+            max_record_bytes: self.max_record_bytes,
             decoder: self.decoder.clone(),
             _record: PhantomData,
         }
@@ -173,6 +178,7 @@ impl<T: Record> FileSource<T> {
             flexible: false,
             monitor: None,
             records_per_second: None,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             decoder,
             _record: PhantomData,
         }
@@ -226,6 +232,7 @@ impl<T: Record> FileSource<T> {
             flexible: self.flexible,
             monitor: self.monitor,
             records_per_second: self.records_per_second,
+            max_record_bytes: self.max_record_bytes,
             decoder: Arc::new(move |raw, location| decoder(raw, location).map(Ok)),
             _record: PhantomData,
         }
@@ -234,6 +241,15 @@ impl<T: Record> FileSource<T> {
     /// Keeps watching the paths, reading new files as they appear (an unbounded source).
     pub fn monitor(mut self, interval: Duration) -> Self {
         self.monitor = Some(interval);
+        self
+    }
+
+    /// The longest line (without its line break) the source takes, in bytes (default
+    /// [`DEFAULT_MAX_RECORD_BYTES`]): a longer one is a malformed record, handled by the
+    /// malformed-record policy, and is read past without being held in memory. Applies to
+    /// line-based files (lines, JSON lines, custom line decoders).
+    pub fn with_max_record_bytes(mut self, bytes: usize) -> Self {
+        self.max_record_bytes = bytes.max(1);
         self
     }
 
@@ -467,6 +483,7 @@ impl<T: Record> Source for FileSource<T> {
             malformed,
             self.decoder.clone(),
             self.records_per_second,
+            self.max_record_bytes,
         ))
     }
 }

@@ -116,9 +116,7 @@ pub struct InjectedFault {
 impl InjectedFault {
     /// The id of the checkpoint or savepoint whose location the fault hit, if any.
     pub fn snapshot_id(&self) -> Option<u64> {
-        self.path
-            .split('/')
-            .find_map(super::parse_any_location)
+        self.path.split('/').find_map(super::parse_any_location)
     }
 }
 
