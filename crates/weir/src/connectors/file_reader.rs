@@ -1,6 +1,7 @@
 //! Reads the files assigned to one file-source subtask, record by record, keeping the exact
 //! byte offset and line number of the next record as the split's position.
 
+use crate::connectors::line_limit::LineLimitedReader;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::time::Duration;
@@ -60,7 +61,8 @@ pub struct RecordLocation<'a> {
 enum OpenFile {
     Lines(BufReader<File>),
     Csv {
-        reader: csv::Reader<BufReader<File>>,
+        /// Boxed: the cutting reader's log makes it far larger than a line reader.
+        reader: Box<csv::Reader<LineLimitedReader<BufReader<File>>>>,
         headers: Option<ByteRecord>,
         /// Fields every row must have: the header's, or the file's first row's. `None`
         /// until known, and always with flexible rows.
@@ -86,6 +88,8 @@ pub struct FileReader<T> {
     max_record_bytes: usize,
     /// The length of the line just read, when it was longer than `max_record_bytes`.
     oversized: Option<u64>,
+    /// Where the CSV row just read starts in its file, relative to where reading began.
+    row_start: u64,
     record: ByteRecord,
 }
 
@@ -182,6 +186,7 @@ impl<T: Record> FileReader<T> {
             line_buffer: Vec::new(),
             max_record_bytes,
             oversized: None,
+            row_start: 0,
             record: ByteRecord::new(),
         }
     }
@@ -206,11 +211,27 @@ impl<T: Record> FileReader<T> {
                     b.has_headers(false).delimiter(*delimiter).flexible(true);
                     b
                 };
+                let max = self.max_record_bytes;
+                let limited = |offset: u64| -> Result<_, BoxError> {
+                    Ok(LineLimitedReader::new(
+                        open_at(&split.path, offset)?,
+                        max,
+                        b'"',
+                    ))
+                };
+                let too_long = |what: &str| -> BoxError {
+                    format!(
+                        "file source: the {what} of `{}` has a line longer than the {max} bytes \
+                         a record may have (raise it with `with_max_record_bytes` on the source)",
+                        split.path
+                    )
+                    .into()
+                };
                 let mut headers = None;
                 let (mut offset, mut line) = (split.offset, split.line);
                 if *has_header {
                     // The header is the file's first row, wherever the split resumes.
-                    let mut head = builder().from_reader(open_at(&split.path, 0)?);
+                    let mut head = builder().from_reader(limited(0)?);
                     let mut header = ByteRecord::new();
                     head.read_byte_record(&mut header).map_err(|e| {
                         format!(
@@ -218,6 +239,10 @@ impl<T: Record> FileReader<T> {
                             split.path
                         )
                     })?;
+                    let end = head.position().byte();
+                    if head.get_mut().cuts().take_until(end) {
+                        return Err(too_long("header"));
+                    }
                     if offset == 0 {
                         offset = head.position().byte();
                         line = head.position().line();
@@ -228,19 +253,23 @@ impl<T: Record> FileReader<T> {
                 if !has_header && split.offset > 0 {
                     // Resumed mid-file: the first row still sets the expected width.
                     let mut first = ByteRecord::new();
-                    let mut head = builder().from_reader(open_at(&split.path, 0)?);
+                    let mut head = builder().from_reader(limited(0)?);
                     let read = head.read_byte_record(&mut first).map_err(|e| {
                         format!(
                             "file source: cannot read the first row of `{}`: {e}",
                             split.path
                         )
                     })?;
+                    let end = head.position().byte();
+                    if head.get_mut().cuts().take_until(end) {
+                        return Err(too_long("first row"));
+                    }
                     if read {
                         fields = Some(first.len());
                     }
                 }
                 OpenFile::Csv {
-                    reader: builder().from_reader(open_at(&split.path, offset)?),
+                    reader: Box::new(builder().from_reader(limited(offset)?)),
                     headers,
                     fields,
                     base_offset: offset,
@@ -314,10 +343,24 @@ impl<T: Record> FileReader<T> {
                 let more = reader.read_byte_record(&mut self.record).map_err(|e| {
                     format!("file source: `{}` line {}: {e}", split.path, split.line)
                 })?;
+                self.oversized = None;
                 if more {
+                    // Positions are the cutting reader's; the file's offsets are found from
+                    // what it dropped.
+                    let (start, end) = (
+                        self.record.position().map_or(0, |p| p.byte()),
+                        reader.position().byte(),
+                    );
+                    let cuts = reader.get_mut().cuts();
+                    let start = cuts.input_offset(start);
+                    let end_offset = cuts.input_offset(end);
+                    if cuts.take_until(end) {
+                        self.oversized = Some(end_offset - start);
+                    }
+                    self.row_start = start;
                     // Without a header, the file's first row sets the width of the others.
                     fields.get_or_insert(self.record.len());
-                    split.offset = *base_offset + reader.position().byte();
+                    split.offset = *base_offset + end_offset;
                     split.line = *base_line + reader.position().line() - 1;
                 }
                 Ok(more)
@@ -376,8 +419,8 @@ impl<T: Record> SourceReader for FileReader<T> {
             let location = RecordLocation { file, line };
             let decoded = match expected_fields {
                 _ if let Some(length) = self.oversized => Err(DecodeError::new(format!(
-                    "the line takes {length} bytes with its line break, more than the {} a \
-                     record may have (raise it with `with_max_record_bytes` on the source); \
+                    "the record takes {length} bytes with its line break, more than the {} a \
+                     line may have (raise it with `with_max_record_bytes` on the source); \
                      shown cut",
                     self.max_record_bytes
                 ))),
@@ -401,7 +444,7 @@ impl<T: Record> SourceReader for FileReader<T> {
                     let line = match (csv, self.record.position()) {
                         (Some((_, base_offset, base_line)), Some(start)) => csv_row_line(
                             file,
-                            (base_offset + start.byte(), base_line + start.line() - 1),
+                            (base_offset + self.row_start, base_line + start.line() - 1),
                         )?,
                         _ => line,
                     };

@@ -10,6 +10,7 @@ pub mod file_reader;
 pub mod file_sink;
 pub mod file_source;
 pub mod generator;
+mod line_limit;
 pub mod malformed;
 pub mod print;
 pub mod rate_limiter;
