@@ -59,7 +59,8 @@ if [ $mutations = 1 ]; then
             git worktree remove --force "$tree"
             exit 1
         fi
-        grep -E "panicked at crates/weir/tests/storage_faults.rs" -A1 "$tree.log" | head -n 4 || true
+        grep -E "^thread '[a-z_]+' .*panicked at crates/weir/tests/storage_faults.rs" -A1 "$tree.log" \
+            | head -n 4 || true
         echo "mutation $name: caught"
         git worktree remove --force "$tree"
     done
