@@ -386,7 +386,10 @@ fn run_with_corruption(
     let job = job_dir(&dir.join("primary"), "corrupt");
     let counts = env
         .from_source(
-            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+            // Slow enough that the records from `fail_at` on (the last third of one
+            // subtask's, from 0.4 s to 1.2 s) outlast two checkpoints on a loaded machine: at
+            // 30 000/s the window was 0.13–0.4 s, and a first checkpoint of 0.4 s missed it.
+            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(10_000.0),
             WatermarkStrategy::no_watermarks(),
             "numbers",
         )
