@@ -431,3 +431,20 @@ fn a_csv_source_resumes_after_a_cut_row_at_the_right_offset() {
     let expected: Vec<u32> = (0..2000).filter(|i| i % 100 != 7).collect();
     assert_eq!(ids, expected);
 }
+
+#[test]
+fn a_last_csv_row_without_a_line_break_is_cut_and_malformed_too() {
+    let dir = tempfile::tempdir().unwrap();
+    // The last row is too long and ends the file, and would decode once cut (a long number);
+    // rows end at `\r` as well.
+    let text = format!("id,name,score\r1,a,1\r2,b,{}", "1".repeat(500));
+    write(dir.path(), "rows.csv", &text);
+    let (rows, result) = read_rows(
+        FileSource::<Row>::csv(dir.path())
+            .with_max_record_bytes(100)
+            .on_malformed(MalformedRecordPolicy::Skip),
+    )
+    .unwrap();
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(result.operator("Source: rows").unwrap().records_skipped, 1);
+}

@@ -1,8 +1,9 @@
 //! A reader that cuts every line longer than a maximum, so that a parser reading through it
 //! (the csv crate) never holds more than that of one line, whatever the input.
 //!
-//! The bytes of a line beyond the maximum are dropped up to its newline, which is kept, so
-//! line numbers stay right; if the kept part leaves a quoted field open, a closing quote is
+//! A line ends at `\n` or `\r`, as a CSV row does (so `\r\n` is a line and an empty one, and
+//! the carriage return does not count against the maximum). The bytes of a line beyond the
+//! maximum are dropped up to its end, which is kept, so line numbers stay right; if the kept part leaves a quoted field open, a closing quote is
 //! added, so that the parser ends the row at that newline instead of swallowing the rows
 //! after it. Where cuts happened is logged in the reader's output coordinates, so that the
 //! caller can tell which rows were cut and map positions back to the file's offsets.
@@ -21,11 +22,13 @@ pub(crate) struct CutLog {
 }
 
 impl CutLog {
-    /// Takes the cuts at output positions below `end` off the log; whether there were any.
+    /// Takes the cuts of a row ending at output position `end` (and of those before it) off
+    /// the log; whether there were any. A cut sits before its line's end, or at the very end
+    /// of the input when the last line has none: either way at or below its row's end.
     pub(crate) fn take_until(&mut self, end: u64) -> bool {
         let mut any = false;
         while let Some(&(at, dropped)) = self.cuts.front() {
-            if at >= end {
+            if at > end {
                 break;
             }
             self.dropped_before += dropped;
@@ -35,14 +38,15 @@ impl CutLog {
         any
     }
 
-    /// The input offset of output position `at` (which must not be below a cut taken off
-    /// the log): `at` plus the bytes dropped before it.
+    /// The input offset of output position `at`, a row's start or end (which must not be
+    /// below a cut taken off the log): `at` plus the bytes dropped at or before it. (No row
+    /// starts at a cut: a cut line keeps at least one byte.)
     pub(crate) fn input_offset(&self, at: u64) -> u64 {
         at + self.dropped_before
             + self
                 .cuts
                 .iter()
-                .take_while(|(cut, _)| *cut < at)
+                .take_while(|(cut, _)| *cut <= at)
                 .map(|(_, dropped)| dropped)
                 .sum::<u64>()
     }
@@ -91,13 +95,13 @@ impl<R: Read> LineLimitedReader<R> {
         if self.dropping || chunk.len() > self.max {
             return false;
         }
-        match memchr::memchr(b'\n', chunk) {
+        match memchr::memchr2(b'\n', b'\r', chunk) {
             None if self.run + chunk.len() <= self.max => {
                 self.run += chunk.len();
                 true
             }
             Some(first) if self.run + first <= self.max => {
-                let last = memchr::memrchr(b'\n', chunk).unwrap_or(first);
+                let last = memchr::memrchr2(b'\n', b'\r', chunk).unwrap_or(first);
                 self.run = chunk.len() - last - 1;
                 true
             }
@@ -135,7 +139,7 @@ impl<R: Read> Read for LineLimitedReader<R> {
             let mut written = 0;
             let mut start = 0;
             while start < n {
-                let newline = memchr::memchr(b'\n', &buf[start..n]).map(|i| start + i);
+                let newline = memchr::memchr2(b'\n', b'\r', &buf[start..n]).map(|i| start + i);
                 let end = newline.unwrap_or(n);
                 let segment = end - start;
                 let keep = if self.dropping {
@@ -167,7 +171,7 @@ impl<R: Read> Read for LineLimitedReader<R> {
                 }
                 match newline {
                     Some(at) => {
-                        buf[written] = b'\n';
+                        buf[written] = buf[at];
                         written += 1;
                         self.run = 0;
                         self.dropping = false;
@@ -242,7 +246,7 @@ mod tests {
     fn reference(input: &[u8], max: usize) -> Vec<u8> {
         let (mut out, mut run, mut dropping, mut quoted) = (Vec::new(), 0, false, false);
         for &b in input {
-            if b == b'\n' {
+            if b == b'\n' || b == b'\r' {
                 out.push(b);
                 (run, dropping) = (0, false);
             } else if dropping {
@@ -265,7 +269,7 @@ mod tests {
         #[test]
         fn cuts_like_the_byte_at_a_time_reference(
             input in proptest::collection::vec(
-                proptest::sample::select(vec![b'a', b'"', b'\n', b',']), 0..300),
+                proptest::sample::select(vec![b'a', b'"', b'\n', b',', b'\r']), 0..300),
             max in 1usize..40,
             chunk in 1usize..64,
         ) {
@@ -282,11 +286,14 @@ mod tests {
             proptest::prop_assert_eq!(&out, &reference(&input, max));
             // Every position after a newline maps back to the byte after that newline.
             let log = reader.cuts();
-            let ins: Vec<usize> = input.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).collect();
-            let outs: Vec<usize> = out.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).collect();
+            let ends = |b: &u8| *b == b'\n' || *b == b'\r';
+            let ins: Vec<usize> = input.iter().enumerate().filter(|(_, b)| ends(b)).map(|(i, _)| i + 1).collect();
+            let outs: Vec<usize> = out.iter().enumerate().filter(|(_, b)| ends(b)).map(|(i, _)| i + 1).collect();
             for (i, o) in ins.iter().zip(&outs) {
                 proptest::prop_assert_eq!(log.input_offset(*o as u64), *i as u64);
             }
+            // The end maps to the end, also after a cut last line without a line break.
+            proptest::prop_assert_eq!(log.input_offset(out.len() as u64), input.len() as u64);
         }
     }
 

@@ -255,12 +255,14 @@ impl JobMaster {
                 };
                 self.outcome = Some(match result {
                     Ok(()) => Ok(self.summarize(status, savepoint)),
-                    // Finished is safe to leave unrecorded: the record still names the final
-                    // checkpoint, so a resumed run restores it, finds every input read and
-                    // ends; only the clean-up waits. (A stop's savepoint is not safe so: a
-                    // resume could take an older checkpoint.)
+                    // Finished with a final checkpoint is safe to leave unrecorded: the record
+                    // still names that checkpoint, so a resumed run restores it, finds every
+                    // input read and ends; only the clean-up waits. (Not without one, nor a
+                    // stop's savepoint: a resume could take an older restore point.)
                     Err(e)
-                        if status == JobStatus::Finished && !matches!(e, WeirError::Fenced(_)) =>
+                        if status == JobStatus::Finished
+                            && self.end_unrecorded_is_safe
+                            && !matches!(e, WeirError::Fenced(_)) =>
                     {
                         tracing::warn!(error = %e, "the job finished, but its end could not be recorded: its checkpoints stay until it is resumed or they are deleted");
                         Ok(self.summarize(status, savepoint))
@@ -282,6 +284,12 @@ impl JobMaster {
         self.phase = JobPhase::Ended;
         self.fail_pending("the job has ended");
         self.ending = Some((status, savepoint));
+        self.end_unrecorded_is_safe = matches!(
+            recorded,
+            RecordedStatus::Finished {
+                final_checkpoint: Some(_)
+            }
+        );
         self.submit_end(recorded);
     }
 

@@ -130,6 +130,9 @@ pub struct JobMaster {
     metrics: Vec<OperatorMetrics>,
     /// How the job ends, once decided: status and savepoint, waiting for the record.
     ending: Option<(JobStatus, Option<Savepoint>)>,
+    /// Whether the end being recorded may go unrecorded without harm: a finished job whose
+    /// final checkpoint the record already names.
+    end_unrecorded_is_safe: bool,
     /// The job failed for good: its error, once the failure is recorded.
     failed: Option<WeirError>,
     /// The result, once the job is over.
@@ -403,6 +406,7 @@ impl JobMaster {
             queued: VecDeque::new(),
             metrics: Vec::new(),
             ending: None,
+            end_unrecorded_is_safe: false,
             failed: None,
             outcome: None,
             started: now,
