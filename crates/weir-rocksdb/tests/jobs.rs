@@ -158,8 +158,11 @@ fn incremental_checkpoints_survive_kills_and_rescaling_two_three_one_and_leave_n
         let common = [
             "--keys",
             "40000",
+            // 6 rounds of 40 000 records at 60 000/s last 4 s at least, so that both kills
+            // land before the input runs out even when checkpoints are slow on a loaded
+            // machine (at 3 rounds, CI once saw the second run finish first).
             "--rounds",
-            "3",
+            "6",
             "--payload-bytes",
             "200",
             "--rate",
@@ -176,13 +179,17 @@ fn incremental_checkpoints_survive_kills_and_rescaling_two_three_one_and_leave_n
             }
             let before = latest_checkpoint(&checkpoints(&work), JOB);
             let mut child = job(&work, &local, &args).spawn().unwrap();
-            kill_after_checkpoint(
+            let killed = kill_after_checkpoint(
                 &mut child,
                 &checkpoints(&work),
                 JOB,
                 before + 2 + rng.below(3),
                 Duration::from_millis(rng.below(80)),
                 Duration::from_secs(60),
+            );
+            assert!(
+                killed,
+                "seed {seed}: the run at parallelism {parallelism} ended before its kill"
             );
             assert_checkpoints_whole(
                 &work,

@@ -98,17 +98,19 @@ pub fn run_until_success(
     Err(format!("no run of {attempts} succeeded; the last: {last}"))
 }
 
-/// Kills `child` with SIGKILL after `delay`, unless it ends before.
-pub fn kill_after(child: &mut Child, delay: Duration) {
+/// Kills `child` with SIGKILL after `delay`, unless it ends before; whether it was killed.
+pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
     let deadline = Instant::now() + delay;
     while Instant::now() < deadline {
         if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let _ = child.kill();
+    // A child that ended by itself between the last look and the kill was not killed.
+    let killed = matches!(child.try_wait(), Ok(None)) && child.kill().is_ok();
     let _ = child.wait();
+    killed
 }
 
 /// The highest completed checkpoint (`chk-N` with metadata) of `job` under `checkpoints`.
@@ -132,7 +134,8 @@ pub fn latest_checkpoint(checkpoints: &Path, job: &str) -> u64 {
 
 /// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed, so that
 /// the kill lands while committed output exists — or after `at_most` in any case, so that a
-/// slow (loaded) machine does not let the job finish first.
+/// slow (loaded) machine does not let the job finish first. Whether it was killed: `false`
+/// when the job ended by itself first.
 pub fn kill_after_checkpoint(
     child: &mut Child,
     checkpoints: &Path,
@@ -140,15 +143,15 @@ pub fn kill_after_checkpoint(
     after: u64,
     delay: Duration,
     at_most: Duration,
-) {
+) -> bool {
     let deadline = Instant::now() + at_most;
     while latest_checkpoint(checkpoints, job) <= after && Instant::now() < deadline {
         if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    kill_after(child, delay);
+    kill_after(child, delay)
 }
 
 #[cfg(test)]
