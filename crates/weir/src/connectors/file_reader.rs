@@ -217,6 +217,7 @@ impl<T: Record> FileReader<T> {
                         open_at(&split.path, offset)?,
                         max,
                         b'"',
+                        *delimiter,
                     ))
                 };
                 let too_long = |what: &str| -> BoxError {

@@ -3,9 +3,11 @@
 //!
 //! A line ends at `\n` or `\r`, as a CSV row does (so `\r\n` is a line and an empty one, and
 //! the carriage return does not count against the maximum). The bytes of a line beyond the
-//! maximum are dropped up to its end, which is kept, so line numbers stay right; if the kept part leaves a quoted field open, a closing quote is
-//! added, so that the parser ends the row at that newline instead of swallowing the rows
-//! after it. Where cuts happened is logged in the reader's output coordinates, so that the
+//! maximum are dropped up to its end, which is kept, so line numbers stay right; if the kept
+//! part leaves a quoted field open, a closing quote is added, so that the parser ends the row
+//! at that newline instead of swallowing the rows after it. Whether a field is open is told
+//! by the csv crate's own rules ([`QuoteState`]): a quote opens a field only at its start, so
+//! a stray quote inside an unquoted field (`a"b`) opens nothing. Where cuts happened is logged in the reader's output coordinates, so that the
 //! caller can tell which rows were cut and map positions back to the file's offsets.
 
 use std::collections::VecDeque;
@@ -52,32 +54,89 @@ impl CutLog {
     }
 }
 
+/// Where the csv crate's parser (with its defaults: doubled quotes escape, no escape byte)
+/// stands in a field, as far as quoting goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuoteState {
+    /// At a field's start, where a quote opens a quoted field.
+    FieldStart,
+    /// In an unquoted field, where a quote is a plain byte.
+    Unquoted,
+    /// In a quoted field: line ends are data.
+    Quoted,
+    /// Just after a quote in a quoted field: it closes the field unless another follows.
+    QuoteInQuoted,
+}
+
+/// The csv parser's quoting, followed over the bytes it is given.
+#[derive(Clone, Copy, Debug)]
+struct QuoteTracker {
+    quote: u8,
+    delimiter: u8,
+    state: QuoteState,
+}
+
+impl QuoteTracker {
+    fn step(&mut self, b: u8) {
+        let ends_field = b == self.delimiter || b == b'\n' || b == b'\r';
+        self.state = match self.state {
+            QuoteState::Quoted if b == self.quote => QuoteState::QuoteInQuoted,
+            QuoteState::Quoted => QuoteState::Quoted,
+            QuoteState::QuoteInQuoted if b == self.quote => QuoteState::Quoted,
+            QuoteState::FieldStart if b == self.quote => QuoteState::Quoted,
+            _ if ends_field => QuoteState::FieldStart,
+            _ => QuoteState::Unquoted,
+        };
+    }
+
+    /// Follows `bytes`. Up to the first quote only the last byte can matter (outside a quoted
+    /// field, where the state is a field's start after a delimiter or line end and unquoted
+    /// otherwise), so the common chunk without quotes costs one vectorized search.
+    fn advance(&mut self, bytes: &[u8]) {
+        let first_quote = memchr::memchr(self.quote, bytes).unwrap_or(bytes.len());
+        if first_quote > 0 && self.state != QuoteState::Quoted {
+            self.step(bytes[first_quote - 1]);
+        }
+        for &b in &bytes[first_quote..] {
+            self.step(b);
+        }
+    }
+
+    /// Whether a quoted field is open.
+    fn in_quotes(&self) -> bool {
+        self.state == QuoteState::Quoted
+    }
+}
+
 /// Passes `inner`'s bytes on, cutting lines longer than `max` bytes.
 pub(crate) struct LineLimitedReader<R> {
     inner: R,
     max: usize,
-    quote: u8,
     /// Bytes of the current line passed on.
     run: usize,
     /// Dropping the rest of the current line.
     dropping: bool,
-    /// Whether the bytes passed on leave a quoted field open.
-    in_quotes: bool,
+    /// The parser's quoting after the bytes passed on.
+    quoting: QuoteTracker,
     /// Bytes returned so far.
     position: u64,
     log: CutLog,
 }
 
 impl<R: Read> LineLimitedReader<R> {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: R, max: usize, quote: u8) -> Self {
+    /// Wraps `inner`, which starts at a row's start, for a parser with this quote and
+    /// delimiter.
+    pub(crate) fn new(inner: R, max: usize, quote: u8, delimiter: u8) -> Self {
         Self {
             inner,
             max: max.max(1),
-            quote,
             run: 0,
             dropping: false,
-            in_quotes: false,
+            quoting: QuoteTracker {
+                quote,
+                delimiter,
+                state: QuoteState::FieldStart,
+            },
             position: 0,
             log: CutLog::default(),
         }
@@ -129,8 +188,7 @@ impl<R: Read> Read for LineLimitedReader<R> {
             if self.fits(&buf[..n]) {
                 // The common case, checked in a few vectorized passes: no line of this chunk
                 // goes past the maximum, and it passes unchanged.
-                let quotes = memchr::memchr_iter(self.quote, &buf[..n]).count();
-                self.in_quotes ^= quotes % 2 == 1;
+                self.quoting.advance(&buf[..n]);
                 self.position += n as u64;
                 return Ok(n);
             }
@@ -147,8 +205,7 @@ impl<R: Read> Read for LineLimitedReader<R> {
                 } else {
                     segment.min(self.max.saturating_sub(self.run))
                 };
-                let quotes = memchr::memchr_iter(self.quote, &buf[start..start + keep]).count();
-                self.in_quotes ^= quotes % 2 == 1;
+                self.quoting.advance(&buf[start..start + keep]);
                 // Nothing dropped so far in this read: the bytes are already in place.
                 if written != start {
                     buf.copy_within(start..start + keep, written);
@@ -160,11 +217,11 @@ impl<R: Read> Read for LineLimitedReader<R> {
                     let mut shift = (segment - keep) as u64;
                     if !self.dropping {
                         self.dropping = true;
-                        if self.in_quotes {
-                            buf[written] = self.quote;
+                        if self.quoting.in_quotes() {
+                            buf[written] = self.quoting.quote;
                             written += 1;
                             shift -= 1;
-                            self.in_quotes = false;
+                            self.quoting.step(self.quoting.quote);
                         }
                     }
                     self.log_cut(at, shift);
@@ -172,6 +229,7 @@ impl<R: Read> Read for LineLimitedReader<R> {
                 match newline {
                     Some(at) => {
                         buf[written] = buf[at];
+                        self.quoting.step(buf[at]);
                         written += 1;
                         self.run = 0;
                         self.dropping = false;
@@ -193,7 +251,7 @@ mod tests {
     use super::*;
 
     fn cut(input: &str, max: usize, chunk: usize) -> (String, Vec<(u64, u64)>) {
-        let mut reader = LineLimitedReader::new(input.as_bytes(), max, b'"');
+        let mut reader = LineLimitedReader::new(input.as_bytes(), max, b'"', b',');
         let mut out = Vec::new();
         let mut buf = vec![0u8; chunk];
         loop {
@@ -244,25 +302,55 @@ mod tests {
 
     /// The same cutting, a byte at a time.
     fn reference(input: &[u8], max: usize) -> Vec<u8> {
-        let (mut out, mut run, mut dropping, mut quoted) = (Vec::new(), 0, false, false);
+        let (mut out, mut run, mut dropping) = (Vec::new(), 0, false);
+        let mut quoting = QuoteTracker {
+            quote: b'"',
+            delimiter: b',',
+            state: QuoteState::FieldStart,
+        };
         for &b in input {
             if b == b'\n' || b == b'\r' {
                 out.push(b);
+                quoting.step(b);
                 (run, dropping) = (0, false);
             } else if dropping {
             } else if run < max {
-                quoted ^= b == b'"';
+                quoting.step(b);
                 out.push(b);
                 run += 1;
             } else {
                 dropping = true;
-                if quoted {
+                if quoting.in_quotes() {
                     out.push(b'"');
-                    quoted = false;
+                    quoting.step(b'"');
                 }
             }
         }
         out
+    }
+
+    /// Whether the csv crate ends its parse of `bytes` inside a quoted field, told by appending
+    /// a row: outside quotes it comes out as a row of its own.
+    fn csv_in_quotes(bytes: &[u8]) -> bool {
+        let mut probe = bytes.to_vec();
+        probe.extend_from_slice(b"\nPROBE\n");
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(&probe[..]);
+        let last = reader.byte_records().filter_map(Result::ok).last();
+        !last.is_some_and(|r| r.len() == 1 && &r[0] == b"PROBE")
+    }
+
+    #[test]
+    fn a_stray_quote_in_an_unquoted_field_opens_nothing() {
+        // `a"b` is an unquoted field for the csv crate: cutting the next long line adds no
+        // quote, which would have become data.
+        let (out, _) = cut("a\"b,1\nabcdefghij\n2,ok\n", 6, 4096);
+        assert_eq!(out, "a\"b,1\nabcdef\n2,ok\n");
+        // A quoted field left open by an odd quote count elsewhere is still closed at a cut.
+        let (out, _) = cut("x\"\"y,\"abcdefgh\nz\n", 8, 4096);
+        assert_eq!(out, "x\"\"y,\"ab\"\nz\n");
     }
 
     proptest::proptest! {
@@ -273,7 +361,7 @@ mod tests {
             max in 1usize..40,
             chunk in 1usize..64,
         ) {
-            let mut reader = LineLimitedReader::new(&input[..], max, b'"');
+            let mut reader = LineLimitedReader::new(&input[..], max, b'"', b',');
             let mut out = Vec::new();
             let mut buf = vec![0u8; chunk];
             loop {
@@ -284,6 +372,10 @@ mod tests {
                 out.extend_from_slice(&buf[..n]);
             }
             proptest::prop_assert_eq!(&out, &reference(&input, max));
+            // The tracker agrees with the csv crate on whether the input ends inside quotes.
+            let mut tracker = QuoteTracker { quote: b'"', delimiter: b',', state: QuoteState::FieldStart };
+            tracker.advance(&input);
+            proptest::prop_assert_eq!(tracker.in_quotes(), csv_in_quotes(&input), "input {:?}", String::from_utf8_lossy(&input));
             // Every position after a newline maps back to the byte after that newline.
             let log = reader.cuts();
             let ends = |b: &u8| *b == b'\n' || *b == b'\r';
@@ -301,7 +393,7 @@ mod tests {
     fn positions_map_back_to_the_input() {
         let input = "ab\nabcdefgh\nxyz\n";
         let (out, _) = cut(input, 4, 4096);
-        let mut reader = LineLimitedReader::new(input.as_bytes(), 4, b'"');
+        let mut reader = LineLimitedReader::new(input.as_bytes(), 4, b'"', b',');
         std::io::copy(&mut reader, &mut std::io::sink()).unwrap();
         let log = reader.cuts();
         // "xyz" starts at output 8, input 12.

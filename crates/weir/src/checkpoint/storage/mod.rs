@@ -306,8 +306,20 @@ fn first_good<T>(
     }
 }
 
-/// One error for a primary and its copy, both unusable.
+/// One error for a primary and its copy, both unusable. An I/O error on either stays an I/O
+/// error: it may pass, and a reader retries it, whereas a corrupt or missing file is final
+/// and makes recovery fall back to an older checkpoint.
 fn combine(primary: StorageError, copy_path: &str, copy: StorageError) -> StorageError {
+    if matches!(primary, StorageError::Io { .. }) {
+        tracing::warn!(error = %primary, copy = %copy_path, copy_error = %copy,
+            "checkpoint file unreadable, and so is its local-recovery copy");
+        return primary;
+    }
+    if matches!(copy, StorageError::Io { .. }) {
+        tracing::warn!(error = %primary, copy = %copy_path, copy_error = %copy,
+            "checkpoint file unusable, and its local-recovery copy unreadable");
+        return copy;
+    }
     let copy_problem = match &copy {
         StorageError::NotFound { .. } => "missing".to_string(),
         StorageError::Corrupt { reason, .. } => reason.clone(),
@@ -333,5 +345,64 @@ fn combine(primary: StorageError, copy_path: &str, copy: StorageError) -> Storag
             },
             reason: format!("{other}; its local-recovery copy `{copy_path}`: {copy_problem}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(path: &str) -> StorageError {
+        StorageError::Io {
+            action: "reading",
+            path: path.into(),
+            source: std::io::Error::other("injected"),
+        }
+    }
+
+    fn corrupt(path: &str) -> StorageError {
+        StorageError::Corrupt {
+            path: path.into(),
+            reason: "bad checksum".into(),
+        }
+    }
+
+    fn missing(path: &str) -> StorageError {
+        StorageError::NotFound {
+            path: path.into(),
+            checked_copy: None,
+        }
+    }
+
+    #[test]
+    fn an_io_error_on_either_copy_stays_retryable() {
+        for (primary, copy) in [
+            (io("p"), missing("c")),
+            (io("p"), corrupt("c")),
+            (missing("p"), io("c")),
+            (corrupt("p"), io("c")),
+        ] {
+            let combined = combine(primary, "c", copy);
+            assert!(
+                matches!(combined, StorageError::Io { .. }),
+                "{combined} should be an I/O error"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_primary_and_copy_are_final_and_named() {
+        let both_missing = combine(missing("p"), "c", missing("c"));
+        assert!(both_missing.is_not_found(), "{both_missing}");
+        assert!(both_missing.to_string().contains("`c`"), "{both_missing}");
+        let damaged = combine(corrupt("p"), "c", missing("c"));
+        assert!(
+            matches!(&damaged, StorageError::Corrupt { reason, .. }
+                if reason.contains("bad checksum") && reason.contains("missing")),
+            "{damaged}"
+        );
+        let read: Result<u8, StorageError> =
+            first_good(Err(corrupt("p")), Some(("c".into(), &|| Ok(7))));
+        assert_eq!(read.ok(), Some(7));
     }
 }

@@ -224,6 +224,14 @@ impl JobMaster {
             StoreReply::Resolved { result, bad } => {
                 self.resolving = false;
                 self.bad = bad;
+                if !matches!(self.phase, JobPhase::Restarting { .. }) {
+                    // The job was cancelled or stopped while the worker resolved: its end is
+                    // being recorded, and a failed resolution must not restart or fail it.
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "restore point resolved after the job ended");
+                    }
+                    return;
+                }
                 match result {
                     Ok(restore) => {
                         self.next_restore = Some(restore);

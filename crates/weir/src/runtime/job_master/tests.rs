@@ -447,3 +447,41 @@ fn input_that_ends_while_the_run_deploys_still_gets_its_final_checkpoint() {
         h.master.phase().name()
     );
 }
+
+#[test]
+fn a_restore_point_resolved_after_a_cancel_neither_restarts_nor_fails_the_job() {
+    use super::store_io::StoreReply;
+    use crate::checkpoint::storage::StorageError;
+    let unreadable = || {
+        WeirError::Storage(StorageError::Io {
+            action: "reading",
+            path: "chk-3/_metadata".into(),
+            source: std::io::Error::other("injected"),
+        })
+    };
+    let unusable = || WeirError::Restore {
+        checkpoint_id: 3,
+        reason: "damaged".into(),
+    };
+    for late in [unreadable(), unusable()] {
+        let mut h = harness(None);
+        h.master.try_deploy();
+        fail_all(&h, "boom");
+        h.settle();
+        h.clock.advance(Duration::from_secs(11));
+        // The back-off is over: the worker resolves while the user cancels.
+        h.master.resolve_restart();
+        h.commands.send(JobCommand::Cancel).unwrap();
+        h.settle();
+        h.master.on_store_reply(StoreReply::Resolved {
+            result: Err(late),
+            bad: Default::default(),
+        });
+        h.clock.advance(Duration::from_secs(60));
+        h.settle();
+        assert_eq!(h.runs(), 1, "a cancelled job restarted");
+        assert!(matches!(h.master.phase(), JobPhase::Ended));
+        let outcome = h.master.outcome.take().expect("the job ended");
+        assert_eq!(outcome.unwrap().status, JobStatus::Cancelled);
+    }
+}
