@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs (apt) and runs the PostgreSQL servers the PostgreSQL tests use, on 127.0.0.1 only:
-# "main" with max_prepared_transactions = 20 (for the exactly-once sink), and "no2pc" with
-# max_prepared_transactions = 0 (to check the sink refuses it clearly at start).
+# "main" with max_prepared_transactions = 20 (for the exactly-once sink), "no2pc" with
+# max_prepared_transactions = 0 (to check the sink refuses it clearly at start), and "tls",
+# which takes only TLS connections (ssl = on; plaintext rejected in pg_hba.conf) with
+# scram-sha-256 passwords, its certificate signed by a test CA this script generates (and a
+# second, untrusted CA, for the tests that a certificate from elsewhere is refused).
 #
 #   scripts/postgres.sh start   start them unless they run; prints shell exports:
 #                               eval "$(scripts/postgres.sh start)"
@@ -22,12 +25,56 @@ pg_bin() {
 }
 
 install() {
-    if [ -n "$(pg_bin)" ] && [ -x "$(pg_bin)/initdb" ]; then
+    local missing=()
+    if [ -z "$(pg_bin)" ] || [ ! -x "$(pg_bin)/initdb" ]; then missing+=(postgresql); fi
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    if [ "${#missing[@]}" -eq 0 ]; then
         return
     fi
-    log "installing PostgreSQL (apt)"
+    log "installing ${missing[*]} (apt)"
     apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+# The test CAs and the TLS server's certificate (for 127.0.0.1 and localhost), made once.
+make_certificates() {
+    local dir="$1"
+    if [ -f "$dir/server.crt" ] && [ -f "$dir/untrusted-ca.crt" ]; then
+        return
+    fi
+    mkdir -p "$dir"
+    for ca in ca untrusted-ca; do
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=Weir test $ca" \
+            -keyout "$dir/$ca.key" -out "$dir/$ca.crt" 2>/dev/null
+    done
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$dir/server.ext"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 3650 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
+    chmod 600 "$dir"/*.key
+    chmod 644 "$dir"/*.crt
+    if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.key" "$dir/server.crt"; fi
+}
+
+# The TLS server's data directory: scram-sha-256 for user weir with a generated password;
+# over TCP only TLS connections are accepted.
+init_tls() {
+    local data="$1" bin="$2" certs="$3"
+    make_certificates "$certs"
+    if [ ! -f "$BASE/tls.password" ]; then
+        python3 -c 'import secrets; print(secrets.token_hex(12))' >"$BASE/tls.password"
+        chmod 644 "$BASE/tls.password"
+    fi
+    if [ ! -f "$data/PG_VERSION" ]; then
+        as_server_user "$bin/initdb" -D "$data" -U "$USER_NAME" --auth=scram-sha-256 \
+            --pwfile="$BASE/tls.password" -E UTF8 --locale=C >/dev/null
+        {
+            echo "local all all scram-sha-256"
+            echo "hostssl all all 127.0.0.1/32 scram-sha-256"
+            echo "hostnossl all all 127.0.0.1/32 reject"
+        } | as_server_user tee "$data/pg_hba.conf" >/dev/null
+    fi
 }
 
 # Runs a server command as the postgres user when we are root (initdb refuses root).
@@ -46,11 +93,14 @@ running() {
 
 start_one() {
     local name="$1" prepared="$2" var="$3"
-    local data="$BASE/$name" bin
+    local data="$BASE/$name" bin certs="$BASE/certs" options=""
     bin="$(pg_bin)"
     mkdir -p "$BASE"
     if [ "$(id -u)" = 0 ]; then chown postgres "$BASE"; fi
-    if [ ! -f "$data/PG_VERSION" ]; then
+    if [ "$name" = tls ]; then
+        init_tls "$data" "$bin" "$certs"
+        options="-c ssl=on -c ssl_cert_file=$certs/server.crt -c ssl_key_file=$certs/server.key -c password_encryption=scram-sha-256"
+    elif [ ! -f "$data/PG_VERSION" ]; then
         as_server_user "$bin/initdb" -D "$data" -U "$USER_NAME" --auth=trust -E UTF8 \
             --locale=C >/dev/null
     fi
@@ -60,22 +110,32 @@ start_one() {
         echo "$port" >"$BASE/$name.port"
         if [ "$(id -u)" = 0 ]; then chown postgres "$BASE/$name.port"; fi
         as_server_user "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -s \
-            -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c max_prepared_transactions=$prepared -c fsync=off" \
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c max_prepared_transactions=$prepared -c fsync=off $options" \
             start >&2
         echo "export WEIR_POSTGRES_${name^^}_STARTED=1"
         log "PostgreSQL ($name, max_prepared_transactions=$prepared) on 127.0.0.1:$port (pid $(head -n 1 "$data/postmaster.pid"))"
     fi
-    echo "export $var=postgresql://$USER_NAME@127.0.0.1:$(cat "$BASE/$name.port")/postgres"
+    local port
+    port=$(cat "$BASE/$name.port")
+    if [ "$name" = tls ]; then
+        echo "export $var='postgresql://$USER_NAME:$(cat "$BASE/tls.password")@127.0.0.1:$port/postgres?sslmode=verify-full&sslrootcert=$certs/ca.crt'"
+        echo "export WEIR_POSTGRES_TLS_PASSWORD=$(cat "$BASE/tls.password")"
+        echo "export WEIR_POSTGRES_TLS_CA=$certs/ca.crt"
+        echo "export WEIR_POSTGRES_TLS_UNTRUSTED_CA=$certs/untrusted-ca.crt"
+    else
+        echo "export $var=postgresql://$USER_NAME@127.0.0.1:$port/postgres"
+    fi
 }
 
 start() {
     install
     start_one main 20 WEIR_POSTGRES_URL
     start_one no2pc 0 WEIR_POSTGRES_NO_2PC_URL
+    start_one tls 20 WEIR_POSTGRES_TLS_URL
 }
 
 stop() {
-    for name in main no2pc; do
+    for name in main no2pc tls; do
         local data="$BASE/$name"
         if running "$data"; then
             local pid

@@ -59,7 +59,8 @@ log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0
 eval "$(scripts/s3-server.sh start)"
 stop_services() {
     if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop; fi
-    if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ]; then
+    if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ] ||
+        [ "${WEIR_POSTGRES_TLS_STARTED:-}" = 1 ]; then
         scripts/postgres.sh stop
     fi
     if [ "${WEIR_S3_SERVER_STARTED:-}" = 1 ]; then scripts/s3-server.sh stop; fi

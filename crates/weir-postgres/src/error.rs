@@ -7,10 +7,14 @@ pub enum PostgresError {
     #[error("invalid PostgreSQL sink configuration: {0}")]
     Config(String),
     /// The server could not be reached or refused the connection.
-    #[error("cannot connect to PostgreSQL at {server}: {source}")]
+    #[error("cannot connect to PostgreSQL at {server}: {reason}{hint}")]
     Connect {
         /// `host:port/database` (no password).
         server: String,
+        /// What failed: the server's message, or the driver's chain of causes.
+        reason: String,
+        /// What to check, when the cause says (a password, a CA), else empty.
+        hint: String,
         /// The cause.
         #[source]
         source: postgres::Error,

@@ -44,6 +44,7 @@ pub mod prelude;
 pub mod row_encoder;
 pub mod settings;
 pub mod statements;
+pub mod tls;
 pub mod upsert_sink;
 pub mod word_count;
 

@@ -18,6 +18,7 @@ struct Args {
     #[arg(
         long,
         env = "WEIR_POSTGRES_URL",
+        hide_env_values = true,
         default_value = "postgresql://postgres@127.0.0.1/postgres"
     )]
     url: String,

@@ -52,3 +52,39 @@ pub fn unique(name: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// The server that takes only TLS connections with SCRAM passwords: its URL, with
+/// `sslmode=verify-full` and the test CA as `sslrootcert`.
+pub fn tls_url() -> String {
+    env("WEIR_POSTGRES_TLS_URL")
+}
+
+/// The TLS server's password (to check it never shows, and to make wrong ones).
+pub fn tls_password() -> String {
+    env("WEIR_POSTGRES_TLS_PASSWORD")
+}
+
+/// A CA that did not sign the TLS server's certificate.
+pub fn tls_untrusted_ca() -> String {
+    env("WEIR_POSTGRES_TLS_UNTRUSTED_CA")
+}
+
+/// The TLS server's URL with `sslmode`, `sslrootcert` and the password as given.
+pub fn tls_url_with(sslmode: &str, root_cert: Option<&str>, password: &str) -> String {
+    let url = tls_url();
+    let base = url.split_once('?').map_or(url.as_str(), |(b, _)| b);
+    let base = base.replacen(
+        &format!(":{}@", tls_password()),
+        &format!(":{password}@"),
+        1,
+    );
+    match root_cert {
+        Some(ca) => format!("{base}?sslmode={sslmode}&sslrootcert={ca}"),
+        None => format!("{base}?sslmode={sslmode}"),
+    }
+}
+
+/// The TLS server's CA file (from its URL).
+pub fn tls_ca() -> String {
+    env("WEIR_POSTGRES_TLS_CA")
+}
