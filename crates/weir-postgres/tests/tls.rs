@@ -203,8 +203,7 @@ fn an_exactly_once_job_over_tls_survives_a_kill_and_bad_credentials_lose_nothing
                 env.execute(word_count::JOB_NAME)
                     .map_err(|e| weir_postgres::PostgresError::Config(e.to_string()))
             })
-            .err()
-            .expect("the job with bad credentials failed")
+            .expect_err("the job with bad credentials failed")
             .to_string();
         assert!(error.contains(expected), "`{expected}` not in: {error}");
         assert_no_secret(&error, "the job's error");

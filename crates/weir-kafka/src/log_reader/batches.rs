@@ -190,6 +190,8 @@ pub(super) fn split_batches(mut records: Bytes, out: &mut Vec<RawBatch>) -> Resu
 }
 
 pub(super) fn decode_records(batch: &RawBatch) -> Result<Vec<LogRecord>, String> {
+    super::response_guard::check_batch(&batch.bytes)
+        .map_err(|e| format!("malformed batch at offset {}: {e}", batch.info.min_offset))?;
     let mut bytes = batch.bytes.clone();
     let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
         format!(

@@ -26,6 +26,9 @@ use kafka_protocol::protocol::{encode_request_header_into_buffer, Decodable, Enc
 use crate::error::KafkaError;
 
 mod batches;
+#[doc(hidden)]
+pub mod fuzzing;
+mod response_guard;
 
 pub use batches::RESEND_HEADER;
 use batches::{fold_committed, split_batches, OutcomeTracker, RawBatch, ResendTracker};
@@ -207,9 +210,20 @@ impl BrokerConnection {
                 header.correlation_id, self.correlation_id
             )));
         }
-        Resp::decode(&mut response, version)
-            .map_err(|e| self.protocol_error(format!("decoding {key:?} response: {e}")))
+        decode_response(key, version, response).map_err(|e| self.protocol_error(e))
     }
+}
+
+/// Decodes the body of a response to `key` at `version`, its array lengths checked first
+/// against the bytes received (see [`response_guard`]).
+fn decode_response<Resp: Decodable>(
+    key: ApiKey,
+    version: i16,
+    mut body: Bytes,
+) -> Result<Resp, String> {
+    response_guard::check(key, version, &body)
+        .map_err(|e| format!("malformed {key:?} response: {e}"))?;
+    Resp::decode(&mut body, version).map_err(|e| format!("decoding {key:?} response: {e}"))
 }
 
 /// Reads partitions' raw logs from a Kafka cluster.
