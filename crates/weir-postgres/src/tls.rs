@@ -8,10 +8,14 @@
 //! | `sslmode` | encrypted | server certificate checked |
 //! |---|---|---|
 //! | `disable` | never | — |
-//! | `allow`, `prefer` (the default) | if the server offers it | no |
-//! | `require` | always | against `sslrootcert` if given (as libpq), else no |
+//! | `allow`, `prefer` (the default) | if the server offers it | chain, if a CA file is given or `~/.postgresql/root.crt` exists (as libpq) |
+//! | `require` | always | the same |
 //! | `verify-ca` | always | chain against `sslrootcert` |
 //! | `verify-full` | always | chain against `sslrootcert`, and the host name |
+//!
+//! As in libpq 16, `sslrootcert=system` makes `verify-full` the default and refuses weaker
+//! modes: the system's CAs vouch for names, so anything less would trust every certificate
+//! any public CA ever issued.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,11 +119,24 @@ pub fn split(connection: &str) -> Result<(String, TlsSettings), PostgresError> {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     };
-    let mode = value("sslmode").map_or(Ok(SslMode::Prefer), SslMode::parse)?;
     let root_cert = value("sslrootcert").map(|v| match v {
         "system" => RootCert::System,
         path => RootCert::File(PathBuf::from(path)),
     });
+    let default_mode = if root_cert == Some(RootCert::System) {
+        SslMode::VerifyFull
+    } else {
+        SslMode::Prefer
+    };
+    let mode = value("sslmode").map_or(Ok(default_mode), SslMode::parse)?;
+    if root_cert == Some(RootCert::System) && mode != SslMode::VerifyFull {
+        return Err(PostgresError::Config(
+            "sslrootcert=system needs sslmode=verify-full (the default with it): the \
+             system's CAs vouch for host names, so a weaker mode would accept any \
+             certificate a public CA issued"
+                .into(),
+        ));
+    }
     let settings = TlsSettings {
         mode,
         root_cert,
@@ -135,11 +152,14 @@ pub fn split(connection: &str) -> Result<(String, TlsSettings), PostgresError> {
     Ok((driver, settings))
 }
 
-/// A URL without its TLS query parameters, and those parameters (decoded).
+/// A URL without its TLS query parameters, and those parameters (decoded). The query starts
+/// at the first `?` after the credentials, which end at the first `@`, as tokio-postgres
+/// reads the URL (a password may hold an unencoded `?`).
 fn split_url(url: &str) -> (String, Vec<(String, String)>) {
-    let Some((base, query)) = url.split_once('?') else {
+    let Some(query_start) = query_start(url) else {
         return (url.to_string(), Vec::new());
     };
+    let (base, query) = (&url[..query_start], &url[query_start + 1..]);
     let decode = |s: &str| {
         percent_encoding::percent_decode_str(s)
             .decode_utf8_lossy()
@@ -162,6 +182,17 @@ fn split_url(url: &str) -> (String, Vec<(String, String)>) {
         format!("{base}?{}", kept.join("&"))
     };
     (rest, taken)
+}
+
+/// Where the query of `url` starts (its `?`), if it has one.
+fn query_start(url: &str) -> Option<usize> {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let credentials_end = url[scheme_end..]
+        .find('@')
+        .map_or(scheme_end, |i| scheme_end + i + 1);
+    url[credentials_end..]
+        .find('?')
+        .map(|i| credentials_end + i)
 }
 
 /// A `key=value …` string without its TLS settings, and those settings. Values may be
@@ -188,8 +219,12 @@ fn split_key_values(text: &str) -> Result<(String, Vec<(String, String)>), Postg
         let key: String = bytes[start..i].iter().collect();
         skip_space(&mut i);
         if i >= bytes.len() || bytes[i] != '=' {
+            // Named by position, not by the word: an unquoted password with a space in it
+            // would put its second half here.
             return Err(PostgresError::Config(format!(
-                "invalid PostgreSQL connection string: `{key}` has no `=value`"
+                "invalid PostgreSQL connection string: the word at character {} has no \
+                 `=value` (quote a value that holds spaces: key='a value')",
+                start + 1
             )));
         }
         i += 1;
@@ -239,7 +274,11 @@ fn split_key_values(text: &str) -> Result<(String, Vec<(String, String)>), Postg
 
 fn with_driver_mode(rest: &str, mode: &str, url: bool) -> String {
     if url {
-        let separator = if rest.contains('?') { '&' } else { '?' };
+        let separator = if query_start(rest).is_some() {
+            '&'
+        } else {
+            '?'
+        };
         format!("{rest}{separator}sslmode={mode}")
     } else if rest.is_empty() {
         format!("sslmode={mode}")
@@ -297,9 +336,12 @@ impl TlsSettings {
     fn checked_roots(&self) -> Result<Option<RootCertStore>, PostgresError> {
         let verify = matches!(self.mode, SslMode::VerifyCa | SslMode::VerifyFull);
         let root = match (&self.root_cert, verify) {
-            (Some(root), _) if self.mode != SslMode::Allow && self.mode != SslMode::Prefer => {
-                root.clone()
-            }
+            (Some(root), _) => root.clone(),
+            // libpq checks the chain in every mode when its default CA file exists.
+            (None, false) => match default_root_cert() {
+                Some(path) => RootCert::File(path),
+                None => return Ok(None),
+            },
             (None, true) => match default_root_cert() {
                 Some(path) => RootCert::File(path),
                 None => {
@@ -317,7 +359,6 @@ impl TlsSettings {
                     ))
                 }
             },
-            _ => return Ok(None),
         };
         let mut store = RootCertStore::empty();
         match root {
@@ -517,9 +558,44 @@ mod tests {
             tls.root_cert,
             Some(RootCert::File("/my certs/ca.pem".into()))
         );
-        let (rest, tls) = split("host=db sslrootcert=system sslmode=require").unwrap();
+        let (rest, tls) = split("host=db sslrootcert=system").unwrap();
         assert_eq!(rest, "host=db sslmode=require");
         assert_eq!(tls.root_cert, Some(RootCert::System));
+        assert_eq!(
+            tls.mode,
+            SslMode::VerifyFull,
+            "libpq 16's default with the system CAs"
+        );
+    }
+
+    #[test]
+    fn a_question_mark_in_a_password_does_not_start_the_query() {
+        let (rest, tls) = split("postgres://u:pa?ss@db/app?sslmode=require").unwrap();
+        assert_eq!(rest, "postgres://u:pa?ss@db/app?sslmode=require");
+        assert_eq!(tls.mode, SslMode::Require);
+        let (rest, tls) = split("postgres://u:p?w@db?sslmode=disable&connect_timeout=2").unwrap();
+        assert_eq!(
+            rest,
+            "postgres://u:p?w@db?connect_timeout=2&sslmode=disable"
+        );
+        assert_eq!(tls.mode, SslMode::Disable);
+    }
+
+    #[test]
+    fn a_malformed_string_never_shows_part_of_a_password() {
+        let error = split("host=db password=my secret").unwrap_err().to_string();
+        assert!(!error.contains("secret"), "{error}");
+        assert!(error.contains("character 21"), "{error}");
+    }
+
+    #[test]
+    fn the_system_store_takes_nothing_weaker_than_verify_full() {
+        for mode in ["require", "verify-ca", "prefer"] {
+            let error = split(&format!("host=db sslrootcert=system sslmode={mode}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("verify-full"), "{mode}: {error}");
+        }
     }
 
     #[test]

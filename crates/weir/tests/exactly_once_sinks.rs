@@ -180,7 +180,9 @@ fn file_sink_rolls_parts_by_age() {
         );
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
-        GeneratorSource::new(400, |i| i).with_rate_limit(2_000.0),
+        // 400 ms of input for parts that roll after 30 ms: several rolls even when a loaded
+        // machine delivers the records in bursts (at 200 ms, CI once saw only two parts).
+        GeneratorSource::new(400, |i| i).with_rate_limit(1_000.0),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
@@ -195,7 +197,8 @@ fn file_sink_rolls_parts_by_age() {
     env.execute("rolling").unwrap();
     // No periodic checkpoint in this short run: the final checkpoint commits every part.
     let parts = committed_files(dir.path()).unwrap();
-    assert!(parts.len() >= 3, "rolled by age into {} parts", parts.len());
+    // Without rolling by age there would be one part: the final checkpoint's.
+    assert!(parts.len() >= 2, "rolled by age into {} parts", parts.len());
     let lines = committed_lines(dir.path());
     assert_eq!(lines.len(), 400);
 }
