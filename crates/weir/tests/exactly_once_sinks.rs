@@ -98,9 +98,13 @@ fn two_phase_commit_file_sink_is_exactly_once() {
 fn readers_never_see_partial_or_uncommitted_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
+    // The watcher looks until the job has ended, however long a loaded machine makes it (a
+    // fixed 0.6 s once ended before the first commit).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let running = done.clone();
     let watcher = std::thread::spawn(move || {
         let mut seen: HashMap<std::path::PathBuf, String> = HashMap::new();
-        for _ in 0..200 {
+        while !running.load(std::sync::atomic::Ordering::SeqCst) {
             if let Ok(files) = committed_files(&out) {
                 for f in files {
                     let Ok(text) = std::fs::read_to_string(&f) else {
@@ -121,6 +125,7 @@ fn readers_never_see_partial_or_uncommitted_files() {
         seen.len()
     });
     run_into(FileSink::<String>::lines(dir.path()));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(
         watcher.join().unwrap() > 0,
         "the watcher saw committed files while the job ran"
