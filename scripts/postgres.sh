@@ -38,23 +38,8 @@ install() {
 
 # The test CAs and the TLS server's certificate (for 127.0.0.1 and localhost), made once.
 make_certificates() {
-    local dir="$1"
-    if [ -f "$dir/server.crt" ] && [ -f "$dir/untrusted-ca.crt" ]; then
-        return
-    fi
-    mkdir -p "$dir"
-    for ca in ca untrusted-ca; do
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=Weir test $ca" \
-            -keyout "$dir/$ca.key" -out "$dir/$ca.crt" 2>/dev/null
-    done
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$dir/server.ext"
-    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
-        -CAcreateserial -days 3650 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
-    chmod 600 "$dir"/*.key
-    chmod 644 "$dir"/*.crt
-    if [ "$(id -u)" = 0 ]; then chown postgres "$dir/server.key" "$dir/server.crt"; fi
+    make_test_certificates "$1"
+    if [ "$(id -u)" = 0 ]; then chown postgres "$1/server.key" "$1/server.crt"; fi
 }
 
 # The TLS server's data directory: scram-sha-256 for user weir with a generated password;

@@ -58,7 +58,9 @@ eval "$(scripts/postgres.sh start)"
 log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0.0.1 only)"
 eval "$(scripts/s3-server.sh start)"
 stop_services() {
-    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop; fi
+    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ] || [ "${WEIR_KAFKA_TLS_STARTED:-}" = 1 ]; then
+        scripts/kafka-broker.sh stop
+    fi
     if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ] ||
         [ "${WEIR_POSTGRES_TLS_STARTED:-}" = 1 ]; then
         scripts/postgres.sh stop

@@ -16,3 +16,24 @@ listening() {
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# A test CA (ca.crt), a second CA nothing trusts (untrusted-ca.crt) and a server certificate
+# for 127.0.0.1 and localhost signed by the first (server.crt, server.key), made once in $1.
+make_test_certificates() {
+    local dir="$1"
+    if [ -f "$dir/server.crt" ] && [ -f "$dir/untrusted-ca.crt" ]; then
+        return
+    fi
+    mkdir -p "$dir"
+    for ca in ca untrusted-ca; do
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=Weir test $ca" \
+            -keyout "$dir/$ca.key" -out "$dir/$ca.crt" 2>/dev/null
+    done
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$dir/server.ext"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 3650 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
+    chmod 600 "$dir"/*.key
+    chmod 644 "$dir"/*.crt
+}

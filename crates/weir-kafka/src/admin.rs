@@ -75,10 +75,7 @@ fn broker_error(
         error.rdkafka_error_code(),
         Some(RDKafkaErrorCode::OperationTimedOut | RDKafkaErrorCode::AllBrokersDown)
     ) {
-        KafkaError::BrokerUnreachable {
-            servers: connection.bootstrap_servers.clone(),
-            detail: format!("{action}: {error}"),
-        }
+        connection.unreachable(format!("{action}: {error}"))
     } else {
         KafkaError::client(action, error)
     }

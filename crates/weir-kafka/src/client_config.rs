@@ -9,9 +9,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::KafkaError;
+use crate::security::{redacted, ConnectionSecurity};
 
-/// Where the cluster is and how to talk to it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Where the cluster is and how to talk to it. Its `Debug` form shows no secret (passwords
+/// among the properties are redacted); the serialized form keeps them, since a TaskManager
+/// running the job needs them.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KafkaConnection {
     /// `host:port,host:port` of some brokers.
     pub bootstrap_servers: String,
@@ -20,6 +23,16 @@ pub struct KafkaConnection {
     /// How long a metadata or offset request may take before the broker counts as
     /// unreachable.
     pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for KafkaConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConnection")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &redacted(&self.properties))
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 impl KafkaConnection {
@@ -51,6 +64,7 @@ impl KafkaConnection {
                 "request timeout must be positive".into(),
             ));
         }
+        ConnectionSecurity::from_properties(&self.properties)?;
         Ok(())
     }
 
@@ -78,9 +92,34 @@ impl KafkaConnection {
     ) -> Result<rdkafka::metadata::Metadata, KafkaError> {
         consumer
             .fetch_metadata(topic, self.request_timeout)
-            .map_err(|e| KafkaError::BrokerUnreachable {
-                servers: self.bootstrap_servers.clone(),
-                detail: format!("no metadata within {:?}: {e}", self.request_timeout),
+            .map_err(|e| {
+                self.unreachable(format!(
+                    "no metadata within {:?}: {e}",
+                    self.request_timeout
+                ))
             })
+    }
+
+    /// [`KafkaError::BrokerUnreachable`] with `detail`, and — when the connection uses TLS —
+    /// why a TLS handshake with the brokers fails, if it does: librdkafka reports only
+    /// "SSL error" or a timeout, so the connector shakes hands itself (with the same CA
+    /// settings) to name the cause, such as an untrusted certificate.
+    pub fn unreachable(&self, detail: String) -> KafkaError {
+        let diagnosis = ConnectionSecurity::from_properties(&self.properties)
+            .ok()
+            .and_then(|security| {
+                crate::security::tls_diagnosis(
+                    &security,
+                    &self.bootstrap_servers,
+                    self.request_timeout.min(std::time::Duration::from_secs(5)),
+                )
+            });
+        KafkaError::BrokerUnreachable {
+            servers: self.bootstrap_servers.clone(),
+            detail: match diagnosis {
+                Some(tls) => format!("{detail}; {tls}"),
+                None => detail,
+            },
+        }
     }
 }

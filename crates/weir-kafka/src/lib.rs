@@ -45,6 +45,7 @@ pub mod deserializer;
 pub mod error;
 pub mod log_reader;
 pub mod prelude;
+pub mod security;
 pub mod sink;
 pub mod source;
 pub mod word_count;

@@ -52,6 +52,9 @@ pub struct WordCountOptions {
     pub operation_timeout: Duration,
     /// A second copy of every checkpoint file here (task-local recovery).
     pub local_recovery: Option<PathBuf>,
+    /// Client properties for the source and the sink (`security.protocol`,
+    /// `ssl.ca.location`, …), as librdkafka names them.
+    pub properties: BTreeMap<String, String>,
 }
 
 impl WordCountOptions {
@@ -74,6 +77,7 @@ impl WordCountOptions {
             before_commit: None,
             operation_timeout: Duration::from_secs(60),
             local_recovery: None,
+            properties: BTreeMap::new(),
         }
     }
 }
@@ -111,6 +115,9 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     if options.bounded {
         source = source.bounded();
     }
+    for (key, value) in &options.properties {
+        source = source.property(key, value);
+    }
     if let Some(rate) = options.rate {
         source = source.with_rate_limit(rate);
     }
@@ -130,6 +137,9 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     .delivery_guarantee(options.guarantee)
     .operation_timeout(options.operation_timeout)
     .transactional_id_prefix(options.transactional_id_prefix.clone());
+    for (key, value) in &options.properties {
+        sink = sink.property(key, value);
+    }
     if let Some(hook) = options.before_commit.clone() {
         sink = sink.before_commit(move |c, id| hook(c, id));
     }
@@ -152,7 +162,16 @@ pub fn committed_counts(
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<(String, u64)>, KafkaError> {
-    let mut reader = LogReader::new(bootstrap, Duration::from_secs(10));
+    committed_counts_over(&KafkaConnection::new(bootstrap), topic, partitions)
+}
+
+/// [`committed_counts`] over a connection secured as `connection`'s properties say.
+pub fn committed_counts_over(
+    connection: &KafkaConnection,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<(String, u64)>, KafkaError> {
+    let mut reader = LogReader::for_connection(connection, Duration::from_secs(10))?;
     let mut out = Vec::new();
     for partition in 0..partitions {
         for record in reader.committed_records(topic, partition)? {
@@ -238,9 +257,25 @@ pub fn produce_words(
     count: u64,
     words: u64,
 ) -> Result<HashMap<String, u64>, KafkaError> {
+    produce_words_over(
+        &KafkaConnection::new(bootstrap),
+        topic,
+        partitions,
+        count,
+        words,
+    )
+}
+
+/// [`produce_words`] over a connection secured as `connection`'s properties say.
+pub fn produce_words_over(
+    connection: &KafkaConnection,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    words: u64,
+) -> Result<HashMap<String, u64>, KafkaError> {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    let connection = KafkaConnection::new(bootstrap);
-    crate::admin::ensure_topic(&connection, topic, partitions)?;
+    crate::admin::ensure_topic(connection, topic, partitions)?;
     let producer: BaseProducer = connection
         .client_config(&[("linger.ms", "20"), ("enable.idempotence", "true")])
         .create()

@@ -58,10 +58,23 @@ struct Args {
     /// <work-dir>/local-recovery).
     #[arg(long)]
     no_local_recovery: bool,
+    /// A client property for the source and the sink, as librdkafka names it
+    /// (`security.protocol=ssl`, `ssl.ca.location=ca.pem`, …); repeatable.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    kafka_properties: Vec<(String, String)>,
     /// Cluster mode (`--role jobmanager|taskmanager`): every process gets the same job
     /// options; none clears the work directory, and the JobManager resumes from it.
     #[command(flatten)]
     cluster: weir_cluster::ClusterArgs,
+}
+
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => Err("expected KEY=VALUE".into()),
+    }
 }
 
 /// Errors print as one line with their causes, never with a backtrace.
@@ -101,6 +114,7 @@ fn run() -> Result<()> {
     options.rate = (args.rate > 0.0).then_some(args.rate);
     options.operation_timeout = Duration::from_millis(args.operation_timeout_ms);
     options.local_recovery = (!args.no_local_recovery).then_some(local_recovery);
+    options.properties = args.kafka_properties.iter().cloned().collect();
     if args.kill_before_commit {
         options.before_commit = Some(Arc::new(|checkpoint_id, transactional_id| {
             eprintln!("kafka-count: killing myself before committing {transactional_id} (checkpoint {checkpoint_id})");

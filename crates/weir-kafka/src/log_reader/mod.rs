@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -23,7 +24,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{encode_request_header_into_buffer, Decodable, Encodable, StrBytes};
 
+use crate::client_config::KafkaConnection;
 use crate::error::KafkaError;
+use crate::security::{server_name, ConnectionSecurity};
 
 mod batches;
 #[doc(hidden)]
@@ -84,16 +87,24 @@ struct Fetched {
     records: Option<Bytes>,
 }
 
+/// A connection's byte stream: TCP, or TLS over TCP.
+trait ByteStream: Read + Write + Send {}
+impl<T: Read + Write + Send> ByteStream for T {}
+
 /// A blocking connection to one broker.
 struct BrokerConnection {
-    stream: TcpStream,
+    stream: Box<dyn ByteStream>,
     address: String,
     correlation_id: i32,
     versions: HashMap<i16, (i16, i16)>,
 }
 
 impl BrokerConnection {
-    fn connect(address: &str, timeout: Duration) -> Result<Self, KafkaError> {
+    fn connect(
+        address: &str,
+        timeout: Duration,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, KafkaError> {
         let io = |source| KafkaError::BrokerIo {
             broker: address.to_string(),
             source,
@@ -110,6 +121,31 @@ impl BrokerConnection {
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        let stream: Box<dyn ByteStream> = match tls {
+            None => Box::new(stream),
+            Some(config) => {
+                let host = address
+                    .rsplit_once(':')
+                    .map_or(address, |(host, _)| host)
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                let session = rustls::ClientConnection::new(config.clone(), server_name(host)?)
+                    .map_err(|e| KafkaError::Protocol {
+                        broker: address.to_string(),
+                        message: format!("TLS setup: {e}"),
+                    })?;
+                let mut stream = rustls::StreamOwned::new(session, stream);
+                // Complete the handshake here, so that a certificate the CA does not sign
+                // is reported as that rather than as a failed first request.
+                while stream.conn.is_handshaking() {
+                    stream
+                        .conn
+                        .complete_io(&mut stream.sock)
+                        .map_err(|e| tls_error(address, e))?;
+                }
+                Box::new(stream)
+            }
+        };
         let mut connection = Self {
             stream,
             address: address.to_string(),
@@ -179,6 +215,7 @@ impl BrokerConnection {
             .map_err(|_| self.protocol_error("request too large".into()))?;
         self.stream.write_all(&length.to_be_bytes()).map_err(io)?;
         self.stream.write_all(&body).map_err(io)?;
+        self.stream.flush().map_err(io)?;
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).map_err(io)?;
         let size = usize::try_from(i32::from_be_bytes(size))
@@ -214,6 +251,23 @@ impl BrokerConnection {
     }
 }
 
+/// A failed TLS handshake as an error that says what to check.
+fn tls_error(address: &str, error: std::io::Error) -> KafkaError {
+    let certificate = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)));
+    let hint = if certificate {
+        "; check that `ssl.ca.location` holds the CA that signed the broker's certificate, and that the certificate names this host"
+    } else {
+        "; check that this listener speaks TLS (`security.protocol`)"
+    };
+    KafkaError::Protocol {
+        broker: address.to_string(),
+        message: format!("TLS handshake failed: {error}{hint}"),
+    }
+}
+
 /// Decodes the body of a response to `key` at `version`, its array lengths checked first
 /// against the bytes received (see [`response_guard`]).
 fn decode_response<Resp: Decodable>(
@@ -230,11 +284,13 @@ fn decode_response<Resp: Decodable>(
 pub struct LogReader {
     bootstrap: Vec<String>,
     timeout: Duration,
+    tls: Option<Arc<rustls::ClientConfig>>,
     connections: HashMap<String, BrokerConnection>,
 }
 
 impl LogReader {
-    /// A reader for the cluster at `bootstrap_servers` (comma-separated `host:port`).
+    /// A reader for the cluster at `bootstrap_servers` (comma-separated `host:port`), over
+    /// plaintext connections.
     pub fn new(bootstrap_servers: &str, timeout: Duration) -> Self {
         Self {
             bootstrap: bootstrap_servers
@@ -243,13 +299,33 @@ impl LogReader {
                 .filter(|s| !s.is_empty())
                 .collect(),
             timeout,
+            tls: None,
             connections: HashMap::new(),
         }
     }
 
+    /// A reader for the cluster of `connection`, over connections secured as its properties
+    /// say (TLS with `security.protocol=ssl`). SASL is refused: this reader does not
+    /// authenticate yet.
+    pub fn for_connection(
+        connection: &KafkaConnection,
+        timeout: Duration,
+    ) -> Result<Self, KafkaError> {
+        let security = ConnectionSecurity::from_properties(&connection.properties)?;
+        if security.protocol.uses_sasl() {
+            return Err(KafkaError::Config(format!(
+                "the Kafka log reader does not authenticate with SASL yet (`security.protocol` is {:?}); use ssl",
+                security.protocol
+            )));
+        }
+        let mut reader = Self::new(&connection.bootstrap_servers, timeout);
+        reader.tls = security.tls_config()?;
+        Ok(reader)
+    }
+
     fn connection(&mut self, address: &str) -> Result<&mut BrokerConnection, KafkaError> {
         if !self.connections.contains_key(address) {
-            let connection = BrokerConnection::connect(address, self.timeout)?;
+            let connection = BrokerConnection::connect(address, self.timeout, self.tls.as_ref())?;
             self.connections.insert(address.to_string(), connection);
         }
         self.connections
@@ -550,7 +626,7 @@ mod tests {
     #[test]
     fn a_response_length_beyond_the_limit_is_an_error_not_an_allocation() {
         let address = broker(i32::MAX.to_be_bytes().to_vec());
-        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5)) else {
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None) else {
             panic!("connected");
         };
         let message = err.to_string();
@@ -565,7 +641,7 @@ mod tests {
         let mut answer = 1000i32.to_be_bytes().to_vec();
         answer.extend_from_slice(&[0u8; 10]);
         let address = broker(answer);
-        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5)) else {
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None) else {
             panic!("connected");
         };
         let message = err.to_string();

@@ -24,6 +24,7 @@ use weir::{BoxError, RuntimeContext};
 
 use crate::client_config::KafkaConnection;
 use crate::error::KafkaError;
+use crate::security::ConnectionSecurity;
 pub use serializer::{
     JsonSerializer, KafkaRecordSerializer, ProducerRecord, StringKeyValueSerializer,
 };
@@ -195,17 +196,13 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
             }
             (_, p) => p.unwrap_or_default(),
         };
-        let security = self
-            .connection
-            .properties
-            .get("security.protocol")
-            .map(|p| p.to_ascii_lowercase());
-        if self.guarantee == DeliveryGuarantee::ExactlyOnce
-            && security.as_deref().is_some_and(|p| p != "plaintext")
-        {
+        let security = ConnectionSecurity::from_properties(&self.connection.properties)?;
+        if self.guarantee == DeliveryGuarantee::ExactlyOnce && security.protocol.uses_sasl() {
+            // Recovery reads the log over the Kafka protocol directly (see `log_reader`),
+            // which authenticates with no SASL mechanism yet.
             return Err(KafkaError::Config(format!(
-                "the exactly-once Kafka sink reads the log over a plaintext connection to recover transactions; security.protocol={} is not supported yet",
-                security.unwrap_or_default()
+                "the exactly-once Kafka sink recovers its transactions by reading the log directly, which does not authenticate with SASL yet: `security.protocol` = {:?} is refused for it (ssl is supported)",
+                security.protocol
             )));
         }
         if self.pool_size < 2 {
@@ -345,6 +342,29 @@ mod tests {
         ))
         .contains("not host:port"));
         assert!(exactly_once().transactional_id_prefix("p").build().is_ok());
+        // TLS is fine for every guarantee; SASL only where recovery needs no log reader.
+        assert!(exactly_once()
+            .transactional_id_prefix("p")
+            .property("security.protocol", "ssl")
+            .build()
+            .is_ok());
+        let sasl = |b: KafkaSinkBuilder<(String, String)>| {
+            b.property("security.protocol", "sasl_ssl")
+                .property("sasl.mechanism", "SCRAM-SHA-256")
+                .property("sasl.username", "alice")
+                .property("sasl.password", "hunter2")
+        };
+        let refused = error(sasl(exactly_once().transactional_id_prefix("p")));
+        assert!(
+            refused.contains("does not authenticate with SASL yet") && !refused.contains("hunter2"),
+            "{refused}"
+        );
+        assert!(
+            sasl(builder().delivery_guarantee(DeliveryGuarantee::AtLeastOnce))
+                .build()
+                .is_ok()
+        );
+        assert!(error(builder().property("security.protocol", "tls")).contains("`tls`"));
         assert_eq!(
             "exactly-once".parse::<DeliveryGuarantee>().ok(),
             Some(DeliveryGuarantee::ExactlyOnce)

@@ -27,10 +27,9 @@ pub(crate) fn fence<T>(
                         | Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown)
                 ) =>
             {
-                KafkaError::BrokerUnreachable {
-                    servers: settings.connection.bootstrap_servers.clone(),
-                    detail: format!("initializing transactional id {id}: {source}"),
-                }
+                settings
+                    .connection
+                    .unreachable(format!("initializing transactional id {id}: {source}"))
             }
             other => other,
         })?;

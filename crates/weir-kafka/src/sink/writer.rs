@@ -82,10 +82,8 @@ impl<T> KafkaSinkWriter<T> {
                 at_least_once: guarantee == DeliveryGuarantee::AtLeastOnce,
             },
         };
-        let log_reader = LogReader::new(
-            &settings.connection.bootstrap_servers,
-            settings.connection.request_timeout,
-        );
+        let log_reader =
+            LogReader::for_connection(&settings.connection, settings.connection.request_timeout)?;
         Ok(Self {
             settings,
             context,

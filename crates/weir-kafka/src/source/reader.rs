@@ -233,6 +233,13 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                     drained = true;
                     break;
                 }
+                Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::SSL) => {
+                    return Err(self
+                        .settings
+                        .connection
+                        .unreachable(format!("consuming from Kafka: {e}"))
+                        .into())
+                }
                 Some(Err(e)) => return Err(KafkaError::client("consuming from Kafka", e).into()),
                 Some(Ok(message)) => message,
             };

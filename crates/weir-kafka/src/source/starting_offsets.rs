@@ -16,7 +16,8 @@ use crate::log_reader::LogReader;
 /// last stable offset of a read-committed fetch response when that is larger: some
 /// Kafka-protocol brokers (tansu 0.6) answer ListOffsets(latest) with the last batch's base
 /// offset + 1, which would make a bounded source stop early. On Apache Kafka both agree. The
-/// fetch needs a plaintext listener; where it fails, ListOffsets stands alone.
+/// fetch needs a listener the log reader can use (plaintext or TLS, no SASL); where it
+/// fails, ListOffsets stands alone.
 pub(crate) fn watermarks(
     consumer: &BaseConsumer,
     log_reader: &mut LogReader,
@@ -72,7 +73,9 @@ impl StartingOffsets {
         partitions: &[(String, i32)],
     ) -> Result<Vec<i64>, KafkaError> {
         let timeout = connection.request_timeout;
-        let mut log_reader = LogReader::new(&connection.bootstrap_servers, timeout);
+        // With SASL the reader cannot authenticate: its fetch fails and ListOffsets decides.
+        let mut log_reader = LogReader::for_connection(connection, timeout)
+            .unwrap_or_else(|_| LogReader::new(&connection.bootstrap_servers, timeout));
         let mut watermarks = |topic: &str, partition: i32| {
             watermarks(consumer, &mut log_reader, topic, partition, timeout)
         };

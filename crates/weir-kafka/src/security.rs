@@ -1,0 +1,554 @@
+//! How a connection to Kafka is secured, read from the librdkafka (and Kafka client)
+//! properties users already write: `security.protocol`, `ssl.ca.location`,
+//! `ssl.endpoint.identification.algorithm`, `sasl.mechanism(s)`, `sasl.username`,
+//! `sasl.password`.
+//!
+//! librdkafka applies these itself for the source and the sinks; this module checks them
+//! up front (a typo fails the job at build time, naming the property, instead of as a
+//! connection that never comes up) and gives the raw-protocol log reader the same TLS
+//! settings, so that the exactly-once sink recovers its transactions over the same kind of
+//! connection as it writes them.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+
+use crate::error::KafkaError;
+
+/// `security.protocol`: whether the connection is encrypted and whether it authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    /// Neither (the default).
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL over a plaintext connection.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Whether the connection is encrypted.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    /// Whether the client authenticates with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// `sasl.mechanism`: how the client proves who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    /// User name and password in the clear (only sensible over TLS).
+    Plain,
+    /// Salted challenge-response with SHA-256 (RFC 7677).
+    ScramSha256,
+    /// Salted challenge-response with SHA-512.
+    ScramSha512,
+}
+
+/// The checked security settings of a connection. Its `Debug` form shows no secret.
+#[derive(Clone)]
+pub struct ConnectionSecurity {
+    /// `security.protocol`.
+    pub protocol: SecurityProtocol,
+    /// `ssl.ca.location`: the PEM file of the CAs that sign the brokers' certificates; none:
+    /// the system's trust store.
+    pub ca_location: Option<PathBuf>,
+    /// Whether the broker's certificate must name the host connected to
+    /// (`ssl.endpoint.identification.algorithm` = `https`, the default, or `none`).
+    pub verify_hostname: bool,
+    /// `sasl.mechanism`, when the protocol uses SASL.
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// `sasl.username`.
+    pub sasl_username: Option<String>,
+    sasl_password: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectionSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionSecurity")
+            .field("protocol", &self.protocol)
+            .field("ca_location", &self.ca_location)
+            .field("verify_hostname", &self.verify_hostname)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field(
+                "sasl_password",
+                &self.sasl_password.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// Whether a property's value is a secret: never printed, logged or put in an error.
+pub fn is_secret_property(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.contains("password")
+        || key.contains("secret")
+        || key == "sasl.jaas.config"
+        || key == "ssl.key.pem"
+        || key == "ssl_key"
+        || key.ends_with(".token")
+}
+
+/// A copy of `properties` with every secret value replaced, for printing.
+pub fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    properties
+        .iter()
+        .map(|(k, v)| {
+            let v = if is_secret_property(k) {
+                "<redacted>".to_string()
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+fn config_error(message: String) -> KafkaError {
+    KafkaError::Config(message)
+}
+
+impl ConnectionSecurity {
+    /// Plaintext, no authentication.
+    pub fn plaintext() -> Self {
+        Self {
+            protocol: SecurityProtocol::Plaintext,
+            ca_location: None,
+            verify_hostname: true,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+        }
+    }
+
+    /// Reads and checks the security properties among a connection's `properties`.
+    pub fn from_properties(properties: &BTreeMap<String, String>) -> Result<Self, KafkaError> {
+        let get = |key: &str| properties.get(key).map(|v| v.trim().to_string());
+        let protocol = match get("security.protocol")
+            .map(|p| p.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("plaintext") => SecurityProtocol::Plaintext,
+            Some("ssl") => SecurityProtocol::Ssl,
+            Some("sasl_plaintext") => SecurityProtocol::SaslPlaintext,
+            Some("sasl_ssl") => SecurityProtocol::SaslSsl,
+            Some(other) => {
+                return Err(config_error(format!(
+                    "`security.protocol` = `{other}` is not one of plaintext, ssl, sasl_plaintext, sasl_ssl"
+                )))
+            }
+        };
+        let ca_location = get("ssl.ca.location").map(PathBuf::from);
+        if let Some(path) = &ca_location {
+            if !protocol.uses_tls() {
+                return Err(config_error(format!(
+                    "`ssl.ca.location` is set but `security.protocol` is {protocol:?}: set it to ssl or sasl_ssl to use TLS"
+                )));
+            }
+            if !path.is_file() {
+                return Err(config_error(format!(
+                    "`ssl.ca.location` = {}: no such file",
+                    path.display()
+                )));
+            }
+        }
+        let verify_hostname = match get("ssl.endpoint.identification.algorithm")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("https") => true,
+            Some("none") => false,
+            Some(other) => {
+                return Err(config_error(format!(
+                    "`ssl.endpoint.identification.algorithm` = `{other}` is not https or none"
+                )))
+            }
+        };
+        let mechanism = get("sasl.mechanism").or_else(|| get("sasl.mechanisms"));
+        let sasl_username = get("sasl.username");
+        let sasl_password = properties.get("sasl.password").cloned();
+        let sasl_mechanism = if protocol.uses_sasl() {
+            let Some(name) = mechanism.as_deref() else {
+                return Err(config_error(
+                    "`security.protocol` uses SASL but `sasl.mechanism` is not set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+                        .into(),
+                ));
+            };
+            let mechanism = match name.to_ascii_uppercase().as_str() {
+                "PLAIN" => SaslMechanism::Plain,
+                "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
+                "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
+                _ => {
+                    return Err(config_error(format!(
+                        "`sasl.mechanism` = `{name}` is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                    )))
+                }
+            };
+            if sasl_username.as_deref().is_none_or(str::is_empty) {
+                return Err(config_error(format!(
+                    "`sasl.mechanism` {mechanism:?} needs `sasl.username`"
+                )));
+            }
+            if sasl_password.is_none() {
+                return Err(config_error(format!(
+                    "`sasl.mechanism` {mechanism:?} needs `sasl.password`"
+                )));
+            }
+            Some(mechanism)
+        } else {
+            if mechanism.is_some() || sasl_username.is_some() || sasl_password.is_some() {
+                return Err(config_error(format!(
+                    "SASL settings are given but `security.protocol` is {protocol:?}: set it to sasl_ssl (or sasl_plaintext) to authenticate"
+                )));
+            }
+            None
+        };
+        Ok(Self {
+            protocol,
+            ca_location,
+            verify_hostname,
+            sasl_mechanism,
+            sasl_username,
+            sasl_password,
+        })
+    }
+
+    /// The SASL password, for the handshake only.
+    pub fn sasl_password(&self) -> Option<&str> {
+        self.sasl_password.as_deref()
+    }
+
+    /// The TLS client configuration for the log reader, when the protocol uses TLS: the CAs
+    /// of `ssl.ca.location` (or the system's), and host-name checks unless turned off.
+    pub fn tls_config(&self) -> Result<Option<Arc<ClientConfig>>, KafkaError> {
+        if !self.protocol.uses_tls() {
+            return Ok(None);
+        }
+        let mut roots = RootCertStore::empty();
+        match &self.ca_location {
+            Some(path) => {
+                let file = File::open(path).map_err(|e| {
+                    config_error(format!("`ssl.ca.location` = {}: {e}", path.display()))
+                })?;
+                let mut found = 0;
+                for cert in rustls_pemfile::certs(&mut BufReader::new(file)) {
+                    let cert = cert.map_err(|e| {
+                        config_error(format!(
+                            "`ssl.ca.location` = {}: not PEM certificates: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    roots.add(cert).map_err(|e| {
+                        config_error(format!(
+                            "`ssl.ca.location` = {}: a certificate is unusable: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    found += 1;
+                }
+                if found == 0 {
+                    return Err(config_error(format!(
+                        "`ssl.ca.location` = {}: holds no PEM certificate",
+                        path.display()
+                    )));
+                }
+            }
+            None => {
+                let system = rustls_native_certs::load_native_certs();
+                for cert in system.certs {
+                    // A system certificate rustls cannot parse is skipped, as librdkafka does.
+                    let _ = roots.add(cert);
+                }
+                if roots.is_empty() {
+                    return Err(config_error(
+                        "TLS to Kafka without `ssl.ca.location`, and the system trust store holds no certificate: set `ssl.ca.location` to the brokers' CA file".into(),
+                    ));
+                }
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| config_error(format!("TLS setup: {e}")))?;
+        let config = if self.verify_hostname {
+            builder.with_root_certificates(roots).with_no_client_auth()
+        } else {
+            let verifier = chain_only::ChainOnlyVerifier::new(roots, provider)?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth()
+        };
+        Ok(Some(Arc::new(config)))
+    }
+}
+
+/// Why a TLS handshake with the first of `bootstrap_servers` that answers fails, or `None`
+/// when the connection uses no TLS, no server answers, or the handshake succeeds.
+pub(crate) fn tls_diagnosis(
+    security: &ConnectionSecurity,
+    bootstrap_servers: &str,
+    timeout: std::time::Duration,
+) -> Option<String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let config = match security.tls_config() {
+        Ok(Some(config)) => config,
+        Ok(None) => return None,
+        Err(e) => return Some(e.to_string()),
+    };
+    for server in bootstrap_servers.split(',').map(str::trim) {
+        let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let Some(addr) = server.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+            continue;
+        };
+        let Ok(mut socket) = TcpStream::connect_timeout(&addr, timeout) else {
+            continue;
+        };
+        let _ = socket.set_read_timeout(Some(timeout));
+        let _ = socket.set_write_timeout(Some(timeout));
+        let Ok(name) = server_name(host) else {
+            continue;
+        };
+        let Ok(mut session) = rustls::ClientConnection::new(config.clone(), name) else {
+            continue;
+        };
+        while session.is_handshaking() {
+            if let Err(e) = session.complete_io(&mut socket) {
+                return Some(format!(
+                    "TLS handshake with {server} failed: {e}; check that `ssl.ca.location` holds the CA that signed the broker's certificate and that the certificate names `{host}`"
+                ));
+            }
+        }
+        return None;
+    }
+    None
+}
+
+/// The TLS name to check a broker's certificate against: its host, as an IP address or a
+/// DNS name.
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, KafkaError> {
+    ServerName::try_from(host.to_string()).map_err(|e| {
+        config_error(format!(
+            "broker host `{host}` is not a TLS server name: {e}"
+        ))
+    })
+}
+
+/// `ssl.endpoint.identification.algorithm=none`: the chain must lead to a trusted CA, but
+/// the certificate may name another host (librdkafka's behaviour).
+mod chain_only {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
+
+    use crate::error::KafkaError;
+
+    #[derive(Debug)]
+    pub(super) struct ChainOnlyVerifier {
+        inner: Arc<WebPkiServerVerifier>,
+    }
+
+    impl ChainOnlyVerifier {
+        pub(super) fn new(
+            roots: RootCertStore,
+            provider: Arc<CryptoProvider>,
+        ) -> Result<Self, KafkaError> {
+            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| KafkaError::Config(format!("TLS setup: {e}")))?;
+            Ok(Self { inner })
+        }
+    }
+
+    impl ServerCertVerifier for ChainOnlyVerifier {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp_response: &[u8],
+            now: UnixTime,
+        ) -> Result<ServerCertVerified, Error> {
+            match self.inner.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ) {
+                // The chain was verified before the name was compared.
+                Err(Error::InvalidCertificate(
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. },
+                )) => Ok(ServerCertVerified::assertion()),
+                other => other,
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.inner.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            self.inner.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.inner.supported_verify_schemes()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn plaintext_by_default_and_protocols_parsed_case_insensitively() {
+        let s = ConnectionSecurity::from_properties(&props(&[])).unwrap();
+        assert_eq!(s.protocol, SecurityProtocol::Plaintext);
+        assert!(s.tls_config().unwrap().is_none());
+        let s =
+            ConnectionSecurity::from_properties(&props(&[("security.protocol", "SSL")])).unwrap();
+        assert_eq!(s.protocol, SecurityProtocol::Ssl);
+    }
+
+    #[test]
+    fn wrong_values_are_named() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("security.protocol", "tls")],
+                "`security.protocol` = `tls`",
+            ),
+            (
+                &[
+                    ("security.protocol", "ssl"),
+                    ("ssl.ca.location", "/nonexistent/ca.pem"),
+                ],
+                "/nonexistent/ca.pem: no such file",
+            ),
+            (
+                &[("ssl.ca.location", "/etc/hostname")],
+                "set it to ssl or sasl_ssl",
+            ),
+            (
+                &[("security.protocol", "sasl_ssl")],
+                "`sasl.mechanism` is not set",
+            ),
+            (
+                &[
+                    ("security.protocol", "sasl_ssl"),
+                    ("sasl.mechanism", "GSSAPI"),
+                ],
+                "`GSSAPI` is not supported",
+            ),
+            (
+                &[
+                    ("security.protocol", "sasl_ssl"),
+                    ("sasl.mechanism", "SCRAM-SHA-512"),
+                    ("sasl.password", "hunter2"),
+                ],
+                "needs `sasl.username`",
+            ),
+            (
+                &[("sasl.username", "alice"), ("sasl.password", "hunter2")],
+                "set it to sasl_ssl",
+            ),
+            (
+                &[
+                    ("security.protocol", "ssl"),
+                    ("ssl.endpoint.identification.algorithm", "dns"),
+                ],
+                "is not https or none",
+            ),
+        ];
+        for (properties, expected) in cases {
+            let error = ConnectionSecurity::from_properties(&props(properties))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{error} lacks {expected}");
+            assert!(!error.contains("hunter2"), "{error} shows the password");
+        }
+    }
+
+    #[test]
+    fn sasl_settings_are_read_and_the_password_never_printed() {
+        let s = ConnectionSecurity::from_properties(&props(&[
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanisms", "scram-sha-256"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "hunter2"),
+        ]))
+        .unwrap();
+        assert_eq!(s.sasl_mechanism, Some(SaslMechanism::ScramSha256));
+        assert_eq!(s.sasl_password(), Some("hunter2"));
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("alice"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_property_maps() {
+        let shown = redacted(&props(&[
+            ("sasl.password", "hunter2"),
+            ("ssl.key.password", "k3y"),
+            ("sasl.oauthbearer.client.secret", "s3"),
+            ("sasl.username", "alice"),
+        ]));
+        let text = format!("{shown:?}");
+        for secret in ["hunter2", "k3y", "s3\""] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        assert!(text.contains("alice"));
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let s = ConnectionSecurity::from_properties(&props(&[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", path.to_str().unwrap()),
+        ]))
+        .unwrap();
+        let error = s.tls_config().unwrap_err().to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
+    }
+}
