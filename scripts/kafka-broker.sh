@@ -11,7 +11,9 @@
 #   scripts/kafka-broker.sh install   download and unpack it (idempotent)
 #   scripts/kafka-broker.sh start     start it unless it runs; prints shell exports:
 #                                     eval "$(scripts/kafka-broker.sh start)"
-#   scripts/kafka-broker.sh stop      stop the brokers and stunnel this script started (by PID)
+#   scripts/kafka-broker.sh stop [plain|tls]
+#                                     stop the brokers (or one of them) this script
+#                                     started, by PID
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -150,18 +152,26 @@ start() {
     exit 1
 }
 
-stop() {
+stop_plain() {
     if running; then
         kill "$(cat "$PID_FILE")"
         log "stopped the tansu broker (pid $(cat "$PID_FILE"))"
     fi
     rm -f "$PID_FILE" "$PORT_FILE"
-    stop_tls
+}
+
+stop() {
+    case "${1:-all}" in
+        plain) stop_plain ;;
+        tls) stop_tls ;;
+        all) stop_plain; stop_tls ;;
+        *) log "usage: $0 stop [plain|tls]"; exit 2 ;;
+    esac
 }
 
 case "${1:-}" in
     install) install ;;
     start) start ;;
-    stop) stop ;;
-    *) log "usage: $0 install|start|stop"; exit 2 ;;
+    stop) stop "${2:-all}" ;;
+    *) log "usage: $0 install|start|stop [plain|tls]"; exit 2 ;;
 esac

@@ -58,9 +58,8 @@ eval "$(scripts/postgres.sh start)"
 log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0.0.1 only)"
 eval "$(scripts/s3-server.sh start)"
 stop_services() {
-    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ] || [ "${WEIR_KAFKA_TLS_STARTED:-}" = 1 ]; then
-        scripts/kafka-broker.sh stop
-    fi
+    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop plain; fi
+    if [ "${WEIR_KAFKA_TLS_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop tls; fi
     if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ] ||
         [ "${WEIR_POSTGRES_TLS_STARTED:-}" = 1 ]; then
         scripts/postgres.sh stop
@@ -95,3 +94,5 @@ cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"
 cargo nextest run --workspace --locked
 log "disk used by target/: $(du -sh target | cut -f1); free: $(df -h --output=avail . | tail -n 1 | tr -d ' ')"
+log "a short kill campaign (scripts/soak.sh: 20 seeded rounds over the file, Kafka and PostgreSQL pipelines)"
+scripts/soak.sh --rounds 20

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use weir_examples::census;
-use weir_testkit::{seeds, wait_bounded, Rng};
+use weir_testkit::{report_kill, seeds, wait_bounded, Rng};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
@@ -68,14 +68,21 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
         let work = tempfile::tempdir().unwrap();
         let kills = 2 + rng.below(3);
         let mut plan = Vec::new();
+        // The soak campaign (scripts/soak.sh) weights the commit point up with
+        // WEIR_COMMIT_KILL_WEIGHT=w: w chances in w + 2 to kill at a commit after the first run.
+        let commit_weight = std::env::var("WEIR_COMMIT_KILL_WEIGHT")
+            .ok()
+            .and_then(|w| w.parse::<u64>().ok())
+            .unwrap_or(1)
+            .max(1);
         for k in 0..kills {
-            plan.push(match (k, rng.below(3)) {
+            plan.push(match (k, rng.below(2 + commit_weight)) {
                 // Under backpressure the first run lives long enough for unaligned
                 // checkpoints with records in flight to complete: a plan of early kills
                 // only (wal, seed 1) otherwise never stored any on a loaded machine.
                 (0, _) if unaligned => Kill::AfterMillis(400 + rng.below(700)),
                 (0, _) | (_, 0) => Kill::AfterMillis(50 + rng.below(700)),
-                (_, 1) => Kill::AtCommit,
+                (_, c) if c <= commit_weight => Kill::AtCommit,
                 _ => Kill::DuringRestore(rng.below(40)),
             });
         }
@@ -83,7 +90,10 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
             "sink {sink} {extra:?}, seed {seed}: kills {plan:?} (replay with WEIR_SEED={seed})"
         );
         for (run, kill) in plan.iter().enumerate() {
+            let since = std::time::SystemTime::now();
             let (mut child, lines) = spawn(work.path(), sink, run > 0, extra);
+            // Whether the commit point was seen (else an AtCommit kill is a mid-run one).
+            let mut at_commit = false;
             match kill {
                 Kill::AfterMillis(ms) | Kill::DuringRestore(ms) => {
                     std::thread::sleep(Duration::from_millis(*ms))
@@ -92,7 +102,10 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
                     let deadline = std::time::Instant::now() + Duration::from_secs(10);
                     while std::time::Instant::now() < deadline {
                         match lines.recv_timeout(Duration::from_millis(50)) {
-                            Ok(line) if line.contains("committing") => break,
+                            Ok(line) if line.contains("committing") => {
+                                at_commit = true;
+                                break;
+                            }
                             Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                             Err(mpsc::RecvTimeoutError::Disconnected) => break,
                         }
@@ -103,7 +116,16 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
             // first; resuming it afterwards must then do nothing.)
             let _ = child.kill();
             let status = child.wait().unwrap();
-            stored_in_flight += census::in_flight_chunks(&work.path().join("checkpoints"));
+            // Killed unless it had exited by itself (with a code, not by the signal).
+            let killed = status.code().is_none();
+            let window = match kill {
+                Kill::AtCommit if at_commit => "between-completion-and-commit",
+                Kill::AfterMillis(_) | Kill::AtCommit => "mid-run",
+                Kill::DuringRestore(_) => "during-restore",
+            };
+            let checkpoints = work.path().join("checkpoints");
+            report_kill(&checkpoints, census::JOB_NAME, window, killed, since);
+            stored_in_flight += census::in_flight_chunks(&checkpoints);
             println!("  run {run}: killed ({kill:?}), exit {status:?}");
         }
         let (mut child, lines) = spawn(work.path(), sink, true, extra);

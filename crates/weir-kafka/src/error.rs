@@ -106,6 +106,18 @@ pub enum KafkaError {
 impl KafkaError {
     /// Wraps a librdkafka error with what the connector was doing.
     pub fn client(action: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
+        // librdkafka's configuration errors carry the value: never a secret's.
+        let source = match source {
+            rdkafka::error::KafkaError::ClientConfig(code, description, key, value) => {
+                let value = if crate::security::is_secret_property(&key) {
+                    "<redacted>".to_string()
+                } else {
+                    value
+                };
+                rdkafka::error::KafkaError::ClientConfig(code, description, key, value)
+            }
+            other => other,
+        };
         KafkaError::Client {
             action: action.into(),
             source,

@@ -54,6 +54,10 @@ pub enum SaslMechanism {
     ScramSha256,
     /// Salted challenge-response with SHA-512.
     ScramSha512,
+    /// Kerberos (librdkafka needs a Kerberos setup of its own).
+    Gssapi,
+    /// OAuth 2 bearer tokens.
+    OAuthBearer,
 }
 
 /// The checked security settings of a connection. Its `Debug` form shows no secret.
@@ -72,6 +76,10 @@ pub struct ConnectionSecurity {
     /// `sasl.username`.
     pub sasl_username: Option<String>,
     sasl_password: Option<String>,
+    /// The TLS settings given that the raw-protocol log reader cannot apply (client
+    /// certificates, in-line PEM, verification turned off), if any: the exactly-once sink,
+    /// which recovers through that reader, refuses them.
+    pub log_reader_unsupported: Vec<String>,
 }
 
 impl std::fmt::Debug for ConnectionSecurity {
@@ -90,15 +98,19 @@ impl std::fmt::Debug for ConnectionSecurity {
     }
 }
 
-/// Whether a property's value is a secret: never printed, logged or put in an error.
+/// Whether a property's value is a secret: never printed, logged or put in an error. The
+/// names librdkafka marks sensitive, and any other that looks like one.
 pub fn is_secret_property(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key.contains("password")
+        || key.contains("passphrase")
         || key.contains("secret")
-        || key == "sasl.jaas.config"
+        || key.contains("private.key")
+        || key.contains("jaas")
+        || key == "sasl.oauthbearer.config"
         || key == "ssl.key.pem"
         || key == "ssl_key"
-        || key.ends_with(".token")
+        || key.ends_with("token")
 }
 
 /// A copy of `properties` with every secret value replaced, for printing.
@@ -130,6 +142,7 @@ impl ConnectionSecurity {
             sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
+            log_reader_unsupported: Vec::new(),
         }
     }
 
@@ -150,19 +163,33 @@ impl ConnectionSecurity {
                 )))
             }
         };
-        let ca_location = get("ssl.ca.location").map(PathBuf::from);
+        // `probe` (librdkafka: look for the system's CA files) is the system store here.
+        let ca_location = get("ssl.ca.location")
+            .filter(|l| l != "probe")
+            .map(PathBuf::from);
         if let Some(path) = &ca_location {
-            if !protocol.uses_tls() {
+            if protocol.uses_tls() && !path.exists() {
                 return Err(config_error(format!(
-                    "`ssl.ca.location` is set but `security.protocol` is {protocol:?}: set it to ssl or sasl_ssl to use TLS"
-                )));
-            }
-            if !path.is_file() {
-                return Err(config_error(format!(
-                    "`ssl.ca.location` = {}: no such file",
+                    "`ssl.ca.location` = {}: no such file or directory",
                     path.display()
                 )));
             }
+        }
+        let ignored: Vec<&String> = properties
+            .keys()
+            .filter(|k| {
+                (!protocol.uses_tls() && k.starts_with("ssl."))
+                    || (!protocol.uses_sasl() && k.starts_with("sasl."))
+            })
+            .collect();
+        if !ignored.is_empty() {
+            // librdkafka ignores them too; a warning, since they usually mean a forgotten
+            // `security.protocol`.
+            tracing::warn!(
+                ?ignored,
+                protocol = ?protocol,
+                "Kafka TLS or SASL properties are set but `security.protocol` does not use them"
+            );
         }
         let verify_hostname = match get("ssl.endpoint.identification.algorithm")
             .map(|v| v.to_ascii_lowercase())
@@ -186,35 +213,64 @@ impl ConnectionSecurity {
                         .into(),
                 ));
             };
-            let mechanism = match name.to_ascii_uppercase().as_str() {
+            let mechanism = match name {
                 "PLAIN" => SaslMechanism::Plain,
                 "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
                 "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
+                "GSSAPI" => SaslMechanism::Gssapi,
+                "OAUTHBEARER" => SaslMechanism::OAuthBearer,
                 _ => {
+                    let hint = match name.to_ascii_uppercase().as_str() {
+                        upper @ ("PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" | "GSSAPI"
+                        | "OAUTHBEARER") => {
+                            format!(": mechanism names are case-sensitive, write `{upper}`")
+                        }
+                        _ => ": use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, GSSAPI or OAUTHBEARER"
+                            .to_string(),
+                    };
                     return Err(config_error(format!(
-                        "`sasl.mechanism` = `{name}` is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-                    )))
+                        "`sasl.mechanism` = `{name}` is not supported{hint}"
+                    )));
                 }
             };
-            if sasl_username.as_deref().is_none_or(str::is_empty) {
-                return Err(config_error(format!(
-                    "`sasl.mechanism` {mechanism:?} needs `sasl.username`"
-                )));
-            }
-            if sasl_password.is_none() {
-                return Err(config_error(format!(
-                    "`sasl.mechanism` {mechanism:?} needs `sasl.password`"
-                )));
+            if matches!(
+                mechanism,
+                SaslMechanism::Plain | SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512
+            ) {
+                if sasl_username.as_deref().is_none_or(str::is_empty) {
+                    return Err(config_error(format!(
+                        "`sasl.mechanism` {name} needs `sasl.username`"
+                    )));
+                }
+                if sasl_password.is_none() {
+                    return Err(config_error(format!(
+                        "`sasl.mechanism` {name} needs `sasl.password`"
+                    )));
+                }
             }
             Some(mechanism)
         } else {
-            if mechanism.is_some() || sasl_username.is_some() || sasl_password.is_some() {
-                return Err(config_error(format!(
-                    "SASL settings are given but `security.protocol` is {protocol:?}: set it to sasl_ssl (or sasl_plaintext) to authenticate"
-                )));
-            }
             None
         };
+        let mut log_reader_unsupported: Vec<String> = [
+            "ssl.ca.pem",
+            "ssl.certificate.location",
+            "ssl.certificate.pem",
+            "ssl.key.location",
+            "ssl.key.pem",
+            "ssl.keystore.location",
+            "ssl.ca.certificate.stores",
+            "ssl.engine.location",
+        ]
+        .iter()
+        .filter(|k| protocol.uses_tls() && properties.contains_key(**k))
+        .map(|k| format!("`{k}`"))
+        .collect();
+        if protocol.uses_tls()
+            && get("enable.ssl.certificate.verification").is_some_and(|v| v == "false")
+        {
+            log_reader_unsupported.push("`enable.ssl.certificate.verification=false`".into());
+        }
         Ok(Self {
             protocol,
             ca_location,
@@ -222,6 +278,7 @@ impl ConnectionSecurity {
             sasl_mechanism,
             sasl_username,
             sasl_password,
+            log_reader_unsupported,
         })
     }
 
@@ -238,30 +295,47 @@ impl ConnectionSecurity {
         }
         let mut roots = RootCertStore::empty();
         match &self.ca_location {
-            Some(path) => {
-                let file = File::open(path).map_err(|e| {
-                    config_error(format!("`ssl.ca.location` = {}: {e}", path.display()))
-                })?;
+            Some(location) => {
+                // A directory (as OpenSSL's CApath) holds one PEM file per CA.
+                let files: Vec<PathBuf> = if location.is_dir() {
+                    let entries = std::fs::read_dir(location).map_err(|e| {
+                        config_error(format!("`ssl.ca.location` = {}: {e}", location.display()))
+                    })?;
+                    let mut files: Vec<PathBuf> = entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.is_file())
+                        .collect();
+                    files.sort();
+                    files
+                } else {
+                    vec![location.clone()]
+                };
                 let mut found = 0;
-                for cert in rustls_pemfile::certs(&mut BufReader::new(file)) {
-                    let cert = cert.map_err(|e| {
-                        config_error(format!(
-                            "`ssl.ca.location` = {}: not PEM certificates: {e}",
-                            path.display()
-                        ))
+                for path in &files {
+                    let file = File::open(path).map_err(|e| {
+                        config_error(format!("`ssl.ca.location` = {}: {e}", path.display()))
                     })?;
-                    roots.add(cert).map_err(|e| {
-                        config_error(format!(
-                            "`ssl.ca.location` = {}: a certificate is unusable: {e}",
-                            path.display()
-                        ))
-                    })?;
-                    found += 1;
+                    for cert in rustls_pemfile::certs(&mut BufReader::new(file)) {
+                        let cert = cert.map_err(|e| {
+                            config_error(format!(
+                                "`ssl.ca.location` = {}: not PEM certificates: {e}",
+                                path.display()
+                            ))
+                        })?;
+                        roots.add(cert).map_err(|e| {
+                            config_error(format!(
+                                "`ssl.ca.location` = {}: a certificate is unusable: {e}",
+                                path.display()
+                            ))
+                        })?;
+                        found += 1;
+                    }
                 }
                 if found == 0 {
                     return Err(config_error(format!(
                         "`ssl.ca.location` = {}: holds no PEM certificate",
-                        path.display()
+                        location.display()
                     )));
                 }
             }
@@ -462,19 +536,22 @@ mod tests {
                 "/nonexistent/ca.pem: no such file",
             ),
             (
-                &[("ssl.ca.location", "/etc/hostname")],
-                "set it to ssl or sasl_ssl",
-            ),
-            (
                 &[("security.protocol", "sasl_ssl")],
                 "`sasl.mechanism` is not set",
             ),
             (
                 &[
                     ("security.protocol", "sasl_ssl"),
-                    ("sasl.mechanism", "GSSAPI"),
+                    ("sasl.mechanism", "DIGEST-MD5"),
                 ],
-                "`GSSAPI` is not supported",
+                "`DIGEST-MD5` is not supported",
+            ),
+            (
+                &[
+                    ("security.protocol", "sasl_ssl"),
+                    ("sasl.mechanism", "scram-sha-256"),
+                ],
+                "case-sensitive, write `SCRAM-SHA-256`",
             ),
             (
                 &[
@@ -483,10 +560,6 @@ mod tests {
                     ("sasl.password", "hunter2"),
                 ],
                 "needs `sasl.username`",
-            ),
-            (
-                &[("sasl.username", "alice"), ("sasl.password", "hunter2")],
-                "set it to sasl_ssl",
             ),
             (
                 &[
@@ -509,7 +582,7 @@ mod tests {
     fn sasl_settings_are_read_and_the_password_never_printed() {
         let s = ConnectionSecurity::from_properties(&props(&[
             ("security.protocol", "sasl_ssl"),
-            ("sasl.mechanisms", "scram-sha-256"),
+            ("sasl.mechanisms", "SCRAM-SHA-256"),
             ("sasl.username", "alice"),
             ("sasl.password", "hunter2"),
         ]))
@@ -536,6 +609,35 @@ mod tests {
             assert!(!text.contains(secret), "{text}");
         }
         assert!(text.contains("alice"));
+    }
+
+    #[test]
+    fn settings_librdkafka_accepts_are_accepted() {
+        for properties in [
+            &[("ssl.ca.location", "/etc/hostname")][..],
+            &[("sasl.username", "alice"), ("sasl.password", "hunter2")],
+            &[("security.protocol", "ssl"), ("ssl.ca.location", "probe")],
+            &[("security.protocol", "ssl"), ("ssl.ca.location", "/etc")],
+            &[
+                ("security.protocol", "sasl_ssl"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+            ],
+        ] {
+            ConnectionSecurity::from_properties(&props(properties))
+                .unwrap_or_else(|e| panic!("{properties:?}: {e}"));
+        }
+        let s = ConnectionSecurity::from_properties(&props(&[
+            ("security.protocol", "ssl"),
+            ("ssl.certificate.location", "/etc/hostname"),
+            ("enable.ssl.certificate.verification", "false"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.log_reader_unsupported.len(),
+            2,
+            "{:?}",
+            s.log_reader_unsupported
+        );
     }
 
     #[test]

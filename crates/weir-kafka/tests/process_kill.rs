@@ -11,10 +11,10 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use weir_testkit::{
-    kill_after, kill_after_checkpoint, latest_checkpoint, seeds, wait_bounded, Rng,
+    kill_after, kill_after_checkpoint, latest_checkpoint, report_kill, seeds, wait_bounded, Rng,
 };
 
 use weir_kafka::client_config::KafkaConnection;
@@ -71,17 +71,21 @@ fn run_with_kills(guarantee: &str, seed: u64) {
         work: work.path(),
     };
     // 1. Killed at a random moment after a few checkpoints committed their output.
+    let checkpoints = work.path().join("checkpoints");
+    let since = SystemTime::now();
     let mut child = job.spawn(false, false);
-    kill_after_checkpoint(
+    let killed = kill_after_checkpoint(
         &mut child,
-        &work.path().join("checkpoints"),
+        &checkpoints,
         word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
         Duration::from_millis(1500),
     );
+    report_kill(&checkpoints, word_count::JOB_NAME, "mid-run", killed, since);
     // 2. Killed between a checkpoint's completion and its commit (the job cannot have
     //    finished in step 1, which killed it right after an early checkpoint).
+    let since = SystemTime::now();
     let mut child = job.spawn(true, true);
     let status = wait_bounded(&mut child, Duration::from_secs(120), "kill before commit");
     if guarantee == "exactly_once" {
@@ -92,20 +96,41 @@ fn run_with_kills(guarantee: &str, seed: u64) {
             "step 2 was not killed before a commit: {status}"
         );
     }
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let killed = status.signal() == Some(9);
+        report_kill(
+            &checkpoints,
+            word_count::JOB_NAME,
+            "between-completion-and-commit",
+            killed,
+            since,
+        );
+    }
     // 3. Killed while restoring or shortly after.
+    let since = SystemTime::now();
     let mut child = job.spawn(true, false);
-    kill_after(&mut child, Duration::from_millis(rng.below(400)));
+    let killed = kill_after(&mut child, Duration::from_millis(rng.below(400)));
+    report_kill(
+        &checkpoints,
+        word_count::JOB_NAME,
+        "during-restore",
+        killed,
+        since,
+    );
     // 4. Killed at a random moment after the next checkpoint.
+    let since = SystemTime::now();
     let mut child = job.spawn(true, false);
-    let reached = latest_checkpoint(&work.path().join("checkpoints"), word_count::JOB_NAME);
-    kill_after_checkpoint(
+    let reached = latest_checkpoint(&checkpoints, word_count::JOB_NAME);
+    let killed = kill_after_checkpoint(
         &mut child,
-        &work.path().join("checkpoints"),
+        &checkpoints,
         word_count::JOB_NAME,
         reached,
         Duration::from_millis(rng.below(300)),
         Duration::from_millis(1500),
     );
+    report_kill(&checkpoints, word_count::JOB_NAME, "mid-run", killed, since);
     // 5. Runs to the end.
     let mut child = job.spawn(true, false);
     let status = wait_bounded(&mut child, Duration::from_secs(120), "final run");

@@ -10,9 +10,9 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use weir_testkit::{kill_after, kill_after_checkpoint, seeds, wait_bounded, Rng};
+use weir_testkit::{kill_after, kill_after_checkpoint, report_kill, seeds, wait_bounded, Rng};
 
 use weir_postgres::word_count;
 
@@ -63,16 +63,20 @@ fn run_with_kills(delivery: &str, seed: u64) {
     let work = tempfile::tempdir().expect("work dir");
     let exactly_once = delivery.starts_with("exactly-once");
     // 1. Killed at a random moment after a few checkpoints.
+    let checkpoints = work.path().join("checkpoints");
+    let since = SystemTime::now();
     let mut child = spawn(&table, delivery, work.path(), false, false);
-    kill_after_checkpoint(
+    let killed = kill_after_checkpoint(
         &mut child,
-        &work.path().join("checkpoints"),
+        &checkpoints,
         word_count::JOB_NAME,
         1 + rng.below(3),
         Duration::from_millis(rng.below(300)),
         Duration::from_millis(1500),
     );
+    report_kill(&checkpoints, word_count::JOB_NAME, "mid-run", killed, since);
     // 2. Killed between a checkpoint's completion and its COMMIT PREPARED.
+    let since = SystemTime::now();
     let mut child = spawn(&table, delivery, work.path(), true, exactly_once);
     let status = wait_bounded(&mut child, Duration::from_secs(120), "kill before commit");
     if exactly_once {
@@ -82,10 +86,25 @@ fn run_with_kills(delivery: &str, seed: u64) {
             Some(9),
             "step 2 was not killed before a commit: {status}"
         );
+        report_kill(
+            &checkpoints,
+            word_count::JOB_NAME,
+            "between-completion-and-commit",
+            true,
+            since,
+        );
     }
     // 3. Killed while restoring or shortly after.
+    let since = SystemTime::now();
     let mut child = spawn(&table, delivery, work.path(), true, false);
-    kill_after(&mut child, Duration::from_millis(rng.below(400)));
+    let killed = kill_after(&mut child, Duration::from_millis(rng.below(400)));
+    report_kill(
+        &checkpoints,
+        word_count::JOB_NAME,
+        "during-restore",
+        killed,
+        since,
+    );
     // 4. Runs to the end.
     let mut child = spawn(&table, delivery, work.path(), true, false);
     let status = wait_bounded(&mut child, Duration::from_secs(120), "final run");

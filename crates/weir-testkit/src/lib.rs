@@ -132,6 +132,46 @@ pub fn latest_checkpoint(checkpoints: &Path, job: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether a checkpoint newer than the latest complete one was started at or after `since`
+/// and not completed in `checkpoints`: a process started at `since` and killed now died
+/// while writing a snapshot. (A half-written checkpoint an earlier run left behind is older.)
+pub fn snapshot_in_progress(checkpoints: &Path, job: &str, since: std::time::SystemTime) -> bool {
+    let latest = latest_checkpoint(checkpoints, job);
+    std::fs::read_dir(checkpoints.join(job))
+        .map(|entries| {
+            entries.flatten().any(|e| {
+                let newer = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("chk-"))
+                    .and_then(|id| id.parse::<u64>().ok())
+                    .is_some_and(|id| id > latest);
+                let recent = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t >= since);
+                newer && recent && !e.path().join("_metadata").exists()
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Reports a kill for the soak campaign (`scripts/soak.sh` counts these lines): the crash
+/// window it was aimed at, whether it landed (the process may have ended first), and whether
+/// the process (started at `since`) was writing a snapshot at that moment.
+pub fn report_kill(
+    checkpoints: &Path,
+    job: &str,
+    window: &str,
+    killed: bool,
+    since: std::time::SystemTime,
+) {
+    println!(
+        "soak-kill: window={window} killed={killed} snapshot-in-progress={}",
+        killed && snapshot_in_progress(checkpoints, job, since)
+    );
+}
+
 /// Kills `child` with SIGKILL `delay` after a checkpoint beyond `after` completed, so that
 /// the kill lands while committed output exists — or after `at_most` in any case, so that a
 /// slow (loaded) machine does not let the job finish first. Whether it was killed: `false`

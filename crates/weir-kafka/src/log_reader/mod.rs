@@ -364,7 +364,15 @@ impl LogReader {
             let brokers: HashMap<BrokerId, String> = response
                 .brokers
                 .iter()
-                .map(|b| (b.node_id, format!("{}:{}", b.host, b.port)))
+                .map(|b| {
+                    // An IPv6 host goes in brackets, so that the port stays apart.
+                    let address = if b.host.contains(':') {
+                        format!("[{}]:{}", b.host, b.port)
+                    } else {
+                        format!("{}:{}", b.host, b.port)
+                    };
+                    (b.node_id, address)
+                })
                 .collect();
             let Some(t) = response
                 .topics

@@ -205,6 +205,14 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
                 security.protocol
             )));
         }
+        if self.guarantee == DeliveryGuarantee::ExactlyOnce
+            && !security.log_reader_unsupported.is_empty()
+        {
+            return Err(KafkaError::Config(format!(
+                "the exactly-once Kafka sink recovers its transactions by reading the log directly, over TLS with `ssl.ca.location` only: {} is not supported for it yet",
+                security.log_reader_unsupported.join(", ")
+            )));
+        }
         if self.pool_size < 2 {
             return Err(KafkaError::Config(format!(
                 "transaction pool size {} is too small: one transaction is pending while the next one is written, so at least 2",
