@@ -178,11 +178,19 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
     for parallelism in [2, 3] {
         options.parallelism = parallelism;
         options.restore_from = savepoint.take();
+        let before = weir_testkit::latest_checkpoint(dir.path(), word_count::JOB_NAME);
         let client = word_count::build(&options)
             .expect("build")
             .execute_async(word_count::JOB_NAME)
             .expect("job starts");
-        std::thread::sleep(Duration::from_millis(1000));
+        // Running, not merely started: two checkpoints of this run (a loaded machine once
+        // took over a second to read its first record, which a fixed sleep did not cover).
+        common::wait_until(
+            || weir_testkit::latest_checkpoint(dir.path(), word_count::JOB_NAME) >= before + 2,
+            Duration::from_secs(30),
+            "two checkpoints of the run",
+        );
+        std::thread::sleep(Duration::from_millis(300));
         let (path, result) = client.stop_with_savepoint().expect("stop with savepoint");
         assert!(
             result
