@@ -38,18 +38,12 @@ if [ -z "${ROCKSDB_LIB_DIR:-}" ] && dpkg -s librocksdb-dev >/dev/null 2>&1; then
     export ROCKSDB_INCLUDE_DIR=/usr/include
 fi
 
-stop_services() {
-    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop plain; fi
-    if [ "${WEIR_KAFKA_TLS_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop tls; fi
-    if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ] ||
-        [ "${WEIR_POSTGRES_TLS_STARTED:-}" = 1 ]; then
-        scripts/postgres.sh stop
-    fi
-}
+# shellcheck source=lib/stop-services.sh
+. scripts/lib/stop-services.sh
 # Only what this run starts is stopped: a caller's services (the test script's) stay up.
 unset WEIR_KAFKA_BROKER_STARTED WEIR_KAFKA_TLS_STARTED WEIR_POSTGRES_MAIN_STARTED \
-    WEIR_POSTGRES_NO2PC_STARTED WEIR_POSTGRES_TLS_STARTED
-trap stop_services EXIT
+    WEIR_POSTGRES_NO2PC_STARTED WEIR_POSTGRES_TLS_STARTED WEIR_S3_SERVER_STARTED
+trap stop_started_services EXIT
 # (a failed start must stop the campaign: `eval "$(…)"` alone would hide it)
 exports=$(scripts/kafka-broker.sh start)
 eval "$exports"

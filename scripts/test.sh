@@ -57,16 +57,9 @@ log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
 eval "$(scripts/postgres.sh start)"
 log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0.0.1 only)"
 eval "$(scripts/s3-server.sh start)"
-stop_services() {
-    if [ "${WEIR_KAFKA_BROKER_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop plain; fi
-    if [ "${WEIR_KAFKA_TLS_STARTED:-}" = 1 ]; then scripts/kafka-broker.sh stop tls; fi
-    if [ "${WEIR_POSTGRES_MAIN_STARTED:-}" = 1 ] || [ "${WEIR_POSTGRES_NO2PC_STARTED:-}" = 1 ] ||
-        [ "${WEIR_POSTGRES_TLS_STARTED:-}" = 1 ]; then
-        scripts/postgres.sh stop
-    fi
-    if [ "${WEIR_S3_SERVER_STARTED:-}" = 1 ]; then scripts/s3-server.sh stop; fi
-}
-trap stop_services EXIT
+# shellcheck source=lib/stop-services.sh
+. scripts/lib/stop-services.sh
+trap stop_started_services EXIT
 log "format check"
 cargo fmt --all -- --check
 log "clippy (warnings are errors)"

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod chain_only_verifier;
 pub mod config;
 pub mod convert;
 pub mod error;

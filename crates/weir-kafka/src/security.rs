@@ -15,8 +15,10 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
+use weir_cluster::chain_only_verifier::ChainOnlyVerifier;
 
 use crate::error::KafkaError;
 
@@ -359,7 +361,12 @@ impl ConnectionSecurity {
         let config = if self.verify_hostname {
             builder.with_root_certificates(roots).with_no_client_auth()
         } else {
-            let verifier = chain_only::ChainOnlyVerifier::new(roots, provider)?;
+            // The chain must lead to a trusted CA; the name may be another host's
+            // (librdkafka's behaviour).
+            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| config_error(format!("TLS setup: {e}")))?;
+            let verifier = ChainOnlyVerifier(webpki);
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(verifier))
@@ -419,85 +426,6 @@ pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, KafkaError>
             "broker host `{host}` is not a TLS server name: {e}"
         ))
     })
-}
-
-/// `ssl.endpoint.identification.algorithm=none`: the chain must lead to a trusted CA, but
-/// the certificate may name another host (librdkafka's behaviour).
-mod chain_only {
-    use std::sync::Arc;
-
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::client::WebPkiServerVerifier;
-    use rustls::crypto::CryptoProvider;
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
-
-    use crate::error::KafkaError;
-
-    #[derive(Debug)]
-    pub(super) struct ChainOnlyVerifier {
-        inner: Arc<WebPkiServerVerifier>,
-    }
-
-    impl ChainOnlyVerifier {
-        pub(super) fn new(
-            roots: RootCertStore,
-            provider: Arc<CryptoProvider>,
-        ) -> Result<Self, KafkaError> {
-            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| KafkaError::Config(format!("TLS setup: {e}")))?;
-            Ok(Self { inner })
-        }
-    }
-
-    impl ServerCertVerifier for ChainOnlyVerifier {
-        fn verify_server_cert(
-            &self,
-            end_entity: &CertificateDer<'_>,
-            intermediates: &[CertificateDer<'_>],
-            server_name: &ServerName<'_>,
-            ocsp_response: &[u8],
-            now: UnixTime,
-        ) -> Result<ServerCertVerified, Error> {
-            match self.inner.verify_server_cert(
-                end_entity,
-                intermediates,
-                server_name,
-                ocsp_response,
-                now,
-            ) {
-                // The chain was verified before the name was compared.
-                Err(Error::InvalidCertificate(
-                    CertificateError::NotValidForName
-                    | CertificateError::NotValidForNameContext { .. },
-                )) => Ok(ServerCertVerified::assertion()),
-                other => other,
-            }
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, Error> {
-            self.inner.verify_tls12_signature(message, cert, dss)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, Error> {
-            self.inner.verify_tls13_signature(message, cert, dss)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.inner.supported_verify_schemes()
-        }
-    }
 }
 
 #[cfg(test)]
