@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The long kill campaign: N seeded rounds (default 1000) over the exactly-once pipelines —
-# the census job with the two-phase-commit and the write-ahead-log file sinks, Kafka → count
+# the census job with the two-phase-commit and the write-ahead-log file sinks (and with
+# malformed rows routed to an exactly-once dead-letter sink), Kafka → count
 # → Kafka, and Kafka-style word counts into PostgreSQL (append and upsert). Each round runs
 # one pipeline's SIGKILL test (examples/tests/process_kill.rs, crates/weir-kafka/tests/
 # process_kill.rs, crates/weir-postgres/tests/process_kill.rs) with its own seed: the job is
@@ -54,6 +55,7 @@ eval "$exports"
 pipelines=(
     "weir-examples process_kill two_phase_commit_file_sink_survives_sigkill"
     "weir-examples process_kill write_ahead_log_sink_survives_sigkill"
+    "weir-examples process_kill dead_letters_are_committed_exactly_once_through_sigkill"
     "weir-kafka process_kill exactly_once_output_survives_sigkill_at_any_moment"
     "weir-postgres process_kill exactly_once_rows_survive_sigkill_at_any_moment"
     "weir-postgres process_kill exactly_once_upserts_survive_sigkill_at_any_moment"

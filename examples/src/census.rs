@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use weir::connectors::file_sink::{committed_files, FileSink, FileSinkCore, FileTransaction};
 use weir::connectors::file_source::{list_files, FileSource};
+use weir::connectors::malformed::{MalformedRecord, RecordOrigin};
 use weir::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
 use weir::connectors::write_ahead_log::{
     BatchCommitter, BatchId, FileBatchCommitter, WriteAheadLog,
@@ -208,6 +209,10 @@ pub struct CensusOptions {
     /// A pause after every aggregated row (backpressure, for tests of checkpoints with
     /// records in flight).
     pub slow_aggregation: Option<Duration>,
+    /// Pass rows that cannot be decoded on as dead letters, committed exactly once as JSON
+    /// lines into this directory by a transactional file sink of their own (by default such a
+    /// row fails the job).
+    pub dead_letters: Option<PathBuf>,
 }
 
 impl CensusOptions {
@@ -230,6 +235,7 @@ impl CensusOptions {
             stop_after_rows: None,
             unaligned: false,
             slow_aggregation: None,
+            dead_letters: None,
         }
     }
 }
@@ -282,13 +288,28 @@ pub fn build_with_progress(
     let failed = Arc::new(AtomicBool::new(false));
     let fail_after = options.fail_after_rows;
     let delay = options.commit_delay.unwrap_or(Duration::ZERO);
-    let stream = env
-        .from_source(
-            FileSource::<CensusRow>::csv(csv_glob(&options.data)).with_rate_limit(options.rate),
-            WatermarkStrategy::no_watermarks(),
-            "census rows",
-        )
-        .uid("census-rows")
+    let source =
+        FileSource::<CensusRow>::csv(csv_glob(&options.data)).with_rate_limit(options.rate);
+    let rows = match &options.dead_letters {
+        None => env
+            .from_source(source, WatermarkStrategy::no_watermarks(), "census rows")
+            .uid("census-rows"),
+        Some(dir) => {
+            let (rows, dead_letters) = env
+                .from_source(
+                    source.with_dead_letters(),
+                    WatermarkStrategy::no_watermarks(),
+                    "census rows",
+                )
+                .uid("census-rows")
+                .split_dead_letters();
+            dead_letters
+                .sink_to(FileSink::json_lines(dir), "dead letters")
+                .uid("dead-letters");
+            rows.uid("split-dead-letters")
+        }
+    };
+    let stream = rows
         .map(move |row: CensusRow| {
             let n = rows_read.fetch_add(1, Ordering::SeqCst) + 1;
             if fail_after == Some(n) && !failed.swap(true, Ordering::SeqCst) {
@@ -383,24 +404,103 @@ pub fn execute(
     Ok(result)
 }
 
-/// Count and total hours per class, computed sequentially from the CSV files.
-pub fn expected_totals(data: &Path) -> Result<BTreeMap<ClassKey, (u64, u64)>> {
-    let mut totals: BTreeMap<ClassKey, (u64, u64)> = BTreeMap::new();
+/// What a sequential read of the CSV files gives: count and total hours per class, and the
+/// rows that cannot be decoded as a [`CensusRow`].
+#[derive(Debug, Clone, Default)]
+pub struct ExpectedOutput {
+    /// Count and total hours per class, over the rows that decode.
+    pub totals: BTreeMap<ClassKey, (u64, u64)>,
+    /// The rows that do not decode, as (file name, 1-based line).
+    pub malformed: BTreeSet<(String, u64)>,
+}
+
+/// Reads the CSV files sequentially (with the csv crate, not Weir's reader).
+pub fn expected_output(data: &Path) -> Result<ExpectedOutput> {
+    let mut expected = ExpectedOutput::default();
     let files = list_files(csv_glob(data))?;
     if files.is_empty() {
         anyhow::bail!("no census files match `{}`", csv_glob(data));
     }
     for file in files {
-        let mut reader =
-            csv::Reader::from_path(&file).with_context(|| format!("reading {}", file.display()))?;
-        for row in reader.deserialize::<CensusRow>() {
-            let row = row.with_context(|| format!("decoding {}", file.display()))?;
-            let t = totals.entry((row.education, row.income)).or_default();
-            t.0 += 1;
-            t.1 += u64::from(row.hours_per_week);
+        // Flexible, so that a row with a field too many or too few is a malformed row, as in
+        // Weir's reader, rather than an error of the whole file.
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(true)
+            .from_path(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let headers = reader.headers()?.clone();
+        for record in reader.records() {
+            let record = record.with_context(|| format!("reading {}", file.display()))?;
+            // A row of another length than the header's is malformed (the file source's
+            // default, which serde's by-name decoding alone would not enforce).
+            let decoded = match record.len() == headers.len() {
+                true => record.deserialize::<CensusRow>(Some(&headers)).ok(),
+                false => None,
+            };
+            match decoded {
+                Some(row) => {
+                    let t = expected
+                        .totals
+                        .entry((row.education, row.income))
+                        .or_default();
+                    t.0 += 1;
+                    t.1 += u64::from(row.hours_per_week);
+                }
+                None => {
+                    let line = record.position().map_or(0, |p| p.line());
+                    expected.malformed.insert((file_name(&file), line));
+                }
+            }
         }
     }
-    Ok(totals)
+    Ok(expected)
+}
+
+/// Count and total hours per class, computed sequentially from the CSV files.
+pub fn expected_totals(data: &Path) -> Result<BTreeMap<ClassKey, (u64, u64)>> {
+    Ok(expected_output(data)?.totals)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Reads the dead letters committed as JSON lines under `dir` and checks that they are
+/// exactly the rows of `data` that do not decode, each once. Returns how many there are.
+pub fn verify_dead_letters(dir: &Path, data: &Path) -> Result<u64> {
+    let expected = expected_output(data)?.malformed;
+    let mut seen: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for file in committed_files(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for line in text.lines() {
+            let letter: MalformedRecord = serde_json::from_str(line)
+                .with_context(|| format!("{}: not a dead letter: {line:?}", file.display()))?;
+            let RecordOrigin::File { file: origin, line } = &letter.origin else {
+                bail!(
+                    "{}: dead letter from outside a file: {letter}",
+                    file.display()
+                );
+            };
+            *seen
+                .entry((file_name(Path::new(origin)), *line))
+                .or_default() += 1;
+        }
+    }
+    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    if !duplicated.is_empty() {
+        bail!("dead letters committed more than once (position, times): {duplicated:?}");
+    }
+    let committed: BTreeSet<(String, u64)> = seen.into_keys().collect();
+    if committed != expected {
+        let lost: Vec<_> = expected.difference(&committed).collect();
+        let extra: Vec<_> = committed.difference(&expected).collect();
+        bail!("dead letters differ from the rows that do not decode: lost {lost:?}, unexpected {extra:?}");
+    }
+    Ok(committed.len() as u64)
 }
 
 /// What the committed output holds, checked against a sequential computation.
@@ -408,7 +508,7 @@ pub fn expected_totals(data: &Path) -> Result<BTreeMap<ClassKey, (u64, u64)>> {
 pub struct Verification {
     /// Committed lines (one per input row when exactly once).
     pub committed_lines: u64,
-    /// Input rows.
+    /// Input rows that decode (malformed ones are not counted).
     pub input_rows: u64,
     /// Final count and total hours per class, from the committed output.
     pub finals: BTreeMap<ClassKey, (u64, u64)>,

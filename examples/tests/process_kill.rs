@@ -61,7 +61,20 @@ enum Kill {
 }
 
 fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
+    kill_test_over(sink, extra, default_seeds, &data_dir());
+}
+
+/// [`kill_test`] over the CSV files in `data`; with `--dead-letters` among `extra`, the
+/// committed dead letters are checked too.
+fn kill_test_over(sink: &str, extra: &[&str], default_seeds: u64, data: &Path) {
     let unaligned = extra.contains(&"--unaligned");
+    let dead_letters = extra.contains(&"--dead-letters");
+    let data_arg = data.to_string_lossy().into_owned();
+    let extra: Vec<&str> = ["--data", data_arg.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let extra = &extra[..];
     let mut stored_in_flight = 0;
     for seed in seeds(default_seeds) {
         let mut rng = Rng(seed * 7919 + u64::from(sink.as_bytes()[0]));
@@ -140,11 +153,18 @@ fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
             "sink {sink}, seed {seed}: final run failed: {status:?}\n{}",
             log.join("\n")
         );
-        let verification = census::verify(&work.path().join("output"), &data_dir())
+        let verification = census::verify(&work.path().join("output"), data)
             .unwrap_or_else(|e| panic!("sink {sink}, seed {seed}: {e:#}"));
         assert_eq!(verification.committed_lines, verification.input_rows);
-        let hidden: Vec<String> = std::fs::read_dir(work.path().join("output"))
-            .unwrap()
+        if dead_letters {
+            let letters = census::verify_dead_letters(&work.path().join("dead-letters"), data)
+                .unwrap_or_else(|e| panic!("sink {sink}, seed {seed}: dead letters: {e:#}"));
+            println!("  {letters} dead letters committed, each exactly once");
+        }
+        let outputs = ["output", "dead-letters"];
+        let hidden: Vec<String> = outputs[..1 + usize::from(dead_letters)]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(work.path().join(dir)).unwrap())
             .filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().to_string())
             .filter(|n| n.starts_with('.'))
@@ -186,6 +206,55 @@ fn unaligned_checkpoints_under_backpressure_survive_sigkill() {
     ];
     kill_test("2pc", &extra, 2);
     kill_test("wal", &extra, 1);
+}
+
+/// The census files with every `every`-th row (from a seeded offset) replaced by one that
+/// does not decode: a word for a number, a field too few, a field too many.
+fn census_with_malformed_rows(dir: &Path, seed: u64, every: usize) -> usize {
+    let mut rng = Rng(seed);
+    let mut malformed = 0;
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "csv") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let offset = 1 + rng.below(every as u64) as usize;
+        let lines: Vec<String> = text
+            .lines()
+            .enumerate()
+            .map(|(i, line)| {
+                if i == 0 || !(i + offset).is_multiple_of(every) {
+                    return line.to_string();
+                }
+                malformed += 1;
+                match rng.below(3) {
+                    0 => line.replacen(',', ",x", 4).replacen(",x", ",", 3),
+                    1 => line.rsplit_once(',').map_or(line, |(head, _)| head).to_string(),
+                    _ => format!("{line},extra"),
+                }
+            })
+            .collect();
+        std::fs::write(dir.join(path.file_name().unwrap()), lines.join("\n") + "\n").unwrap();
+    }
+    malformed
+}
+
+/// Malformed rows become dead letters, committed by a transactional file sink of their own:
+/// through the same kills, every malformed row is committed exactly once as a dead letter,
+/// and the aggregation over the other rows is exact.
+#[test]
+fn dead_letters_are_committed_exactly_once_through_sigkill() {
+    let data = tempfile::tempdir().unwrap();
+    let malformed = census_with_malformed_rows(data.path(), 17, 97);
+    let expected = census::expected_output(data.path()).unwrap();
+    assert_eq!(
+        expected.malformed.len(),
+        malformed,
+        "the oracle sees every bad row"
+    );
+    kill_test_over("2pc", &["--dead-letters"], 2, data.path());
+    kill_test_over("wal", &["--dead-letters"], 1, data.path());
 }
 
 #[test]

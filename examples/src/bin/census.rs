@@ -68,6 +68,10 @@ struct Args {
     /// backpressure.
     #[arg(long, default_value_t = 0)]
     slow_aggregation_us: u64,
+    /// Pass rows that cannot be decoded on as dead letters, committed exactly once as JSON
+    /// lines into <work-dir>/dead-letters (by default such a row fails the job).
+    #[arg(long)]
+    dead_letters: bool,
     /// Checkpoint storage at a URL instead of <work-dir>/checkpoints: `s3://bucket/prefix`
     /// (S3 or an S3-compatible server, configured by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …),
     /// `gs://…`, `az://…`, or `file:///dir`. Needs --no-local-recovery.
@@ -115,12 +119,19 @@ fn run() -> Result<()> {
     options.unaligned = args.unaligned;
     options.slow_aggregation =
         (args.slow_aggregation_us > 0).then(|| Duration::from_micros(args.slow_aggregation_us));
+    let dead_letters = args.work_dir.join("dead-letters");
+    options.dead_letters = args.dead_letters.then(|| dead_letters.clone());
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     options.checkpoint_storage = args.checkpoint_storage.clone();
     let role = args.cluster.role;
     if !args.resume && role.is_none() {
-        for dir in [&options.output, &options.checkpoints, &local_recovery] {
+        for dir in [
+            &options.output,
+            &options.checkpoints,
+            &local_recovery,
+            &dead_letters,
+        ] {
             if dir.exists() {
                 std::fs::remove_dir_all(dir)
                     .with_context(|| format!("clearing {}", dir.display()))?;
@@ -166,5 +177,12 @@ fn run() -> Result<()> {
         "Verified: {} committed lines for {} input rows; every class's running counts appear exactly once and its final totals equal an uninterrupted computation.",
         verification.committed_lines, verification.input_rows
     );
+    if let Some(dir) = &options.dead_letters {
+        let letters = census::verify_dead_letters(dir, &args.data)?;
+        println!(
+            "Verified: {letters} dead letters committed in {}, each malformed row exactly once.",
+            dir.display()
+        );
+    }
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod connected_streams;
 pub mod data_stream;
+mod dead_letters;
 pub mod environment;
 pub mod functions;
 pub(crate) mod graph_builder;

@@ -117,6 +117,22 @@ impl<T: Serialize> FileSink<T> {
     }
 }
 
+impl<T: Serialize> FileSink<T> {
+    /// A sink writing each record as one line of JSON (JSON Lines) into `dir`, with the
+    /// suffix `.jsonl`: the form for records with nested or free text, such as dead letters.
+    pub fn json_lines(dir: impl AsRef<Path>) -> Self {
+        Self::new(
+            dir,
+            Arc::new(|record: &T, out: &mut Vec<u8>| {
+                serde_json::to_writer(&mut *out, record)?;
+                out.push(b'\n');
+                Ok(())
+            }),
+        )
+        .with_suffix(".jsonl")
+    }
+}
+
 impl<T> FileSink<T> {
     /// A sink encoding records with `encoder` into `dir`.
     pub fn new(dir: impl AsRef<Path>, encoder: Encoder<T>) -> Self {
