@@ -16,6 +16,9 @@ pub enum Engine {
     WeirNoCheckpoints,
     /// Weir with exactly-once checkpoints every second.
     Weir,
+    /// Weir as `weir`, tracing every record's origin from the first attempt
+    /// (`RecordOriginTracing::Always`: what the attempt after a user-code failure pays).
+    WeirTraced,
     /// Apache Flink with exactly-once checkpoints every second.
     Flink,
 }
@@ -27,6 +30,7 @@ impl Engine {
             Engine::Floor => "floor",
             Engine::WeirNoCheckpoints => "weir-no-checkpoints",
             Engine::Weir => "weir",
+            Engine::WeirTraced => "weir-traced",
             Engine::Flink => "flink",
         }
     }
@@ -39,12 +43,13 @@ impl std::str::FromStr for Engine {
             Engine::Floor,
             Engine::WeirNoCheckpoints,
             Engine::Weir,
+            Engine::WeirTraced,
             Engine::Flink,
         ]
         .into_iter()
         .find(|e| e.name() == s)
         .ok_or_else(|| {
-            format!("unknown engine `{s}`; the engines are floor, weir-no-checkpoints, weir, flink")
+            format!("unknown engine `{s}`; the engines are floor, weir-no-checkpoints, weir, weir-traced, flink")
         })
     }
 }

@@ -287,8 +287,12 @@ pub fn run(
     parallelism: u32,
     checkpoints: Option<&Path>,
     output: &Output,
+    trace_origins: bool,
 ) -> Result<(RunFigures, RunDetails), BenchError> {
     let mut config = ExecutionConfig::default().with_parallelism(parallelism);
+    if trace_origins {
+        config = config.with_record_origins(weir::RecordOriginTracing::Always);
+    }
     if let Some(checkpoints) = checkpoints {
         config = config.with_checkpointing(
             CheckpointConfig::default()
@@ -317,10 +321,10 @@ pub fn run(
     };
     let figures = RunFigures {
         workload,
-        engine: if checkpoints.is_some() {
-            Engine::Weir
-        } else {
-            Engine::WeirNoCheckpoints
+        engine: match (checkpoints.is_some(), trace_origins) {
+            (true, true) => Engine::WeirTraced,
+            (true, false) => Engine::Weir,
+            (false, _) => Engine::WeirNoCheckpoints,
         },
         parallelism,
         records,

@@ -1,6 +1,6 @@
 //! Weir's pipelines read every record and emit what the hand-written floor emits, for every
 //! workload the floor has (stateless, keyed, keyed_strings, q0–q2), with and without
-//! checkpoints and at
+//! checkpoints, with record origins traced, and at
 //! parallelism 1 and 2, over generated inputs. The window and join queries are checked in
 //! `nexmark_windows.rs`.
 
@@ -50,20 +50,25 @@ fn weir_pipelines_match_the_floor() {
         let expected = floor::compute(workload, input).unwrap();
         assert_eq!(expected.records, 30_000);
         assert!(expected.records_out > 0, "{workload} emits nothing");
-        for (parallelism, checkpointed) in [(1, false), (2, true)] {
-            let checkpoints = dir.path().join(format!("checkpoints-{workload}"));
+        // The traced run carries every record's origin through the pipeline (what the
+        // attempt after a failure of user code does) and must emit the same.
+        for (parallelism, checkpointed, traced) in
+            [(1, false, false), (2, true, false), (2, true, true)]
+        {
+            let checkpoints = dir.path().join(format!("checkpoints-{workload}-{traced}"));
             let (figures, _) = weir_jobs::run(
                 workload,
                 &EventSource::Files(input.clone()),
                 parallelism,
                 checkpointed.then_some(checkpoints.as_path()),
                 &Output::Discard,
+                traced,
             )
             .unwrap();
-            let engine = if checkpointed {
-                Engine::Weir
-            } else {
-                Engine::WeirNoCheckpoints
+            let engine = match (checkpointed, traced) {
+                (true, true) => Engine::WeirTraced,
+                (true, false) => Engine::Weir,
+                (false, _) => Engine::WeirNoCheckpoints,
             };
             assert_eq!(figures.engine, engine);
             assert_eq!(

@@ -215,6 +215,7 @@ fn weir_rows(workload: Workload, source: &EventSource, parallelism: u32) -> Vec<
         parallelism,
         None,
         &Output::JsonFiles(dir.clone()),
+        false,
     )
     .unwrap();
     assert_eq!(figures.records, EVENTS, "{workload}");

@@ -69,12 +69,15 @@ impl AggregateFunction<u32, (u64, u64), (u64, u64)> for HoursAggregate {
 #[derive(Clone)]
 pub struct HoursByClass {
     totals: AggregatingState<u32, (u64, u64), (u64, u64), HoursAggregate>,
+    /// Panic on every row of this occupation (a poison record, for tests).
+    poison: Option<String>,
 }
 
 impl Default for HoursByClass {
     fn default() -> Self {
         Self {
             totals: AggregatingState::new("hours", HoursAggregate),
+            poison: None,
         }
     }
 }
@@ -88,6 +91,9 @@ impl KeyedProcessFunction<ClassKey, CensusRow, String> for HoursByClass {
         ctx: &mut KeyedContext<'_, ClassKey>,
         out: &mut Collector<'_, String>,
     ) -> Result<(), BoxError> {
+        if self.poison.as_ref() == Some(&row.occupation) {
+            panic!("poison record: occupation {}", row.occupation);
+        }
         self.totals.add(ctx, row.hours_per_week)?;
         let (count, hours) = self.totals.get(ctx)?.unwrap_or((0, 0));
         let (education, income) = ctx.current_key();
@@ -213,6 +219,9 @@ pub struct CensusOptions {
     /// lines into this directory by a transactional file sink of their own (by default such a
     /// row fails the job).
     pub dead_letters: Option<PathBuf>,
+    /// Panic on every row of this occupation, after the shuffle (a poison record, for tests
+    /// of the restart strategy giving up and naming it).
+    pub poison_occupation: Option<String>,
 }
 
 impl CensusOptions {
@@ -236,6 +245,7 @@ impl CensusOptions {
             unaligned: false,
             slow_aggregation: None,
             dead_letters: None,
+            poison_occupation: None,
         }
     }
 }
@@ -319,7 +329,10 @@ pub fn build_with_progress(
         })
         .name("fault injector")
         .key_by(|row: &CensusRow| (row.education.clone(), row.income.clone()))
-        .process(HoursByClass::default())
+        .process(HoursByClass {
+            poison: options.poison_occupation.clone(),
+            ..HoursByClass::default()
+        })
         .name("hours by class")
         .uid("hours-by-class");
     let stream = match options.slow_aggregation {

@@ -422,3 +422,47 @@ fn bad_cluster_settings_name_the_setting() {
     assert!(!status.success());
     assert!(stderr.contains("--slots"), "{stderr}");
 }
+
+/// A poison row — the aggregation panics on it, on every restart — makes the JobManager
+/// give up after the restart strategy's attempts, naming the file and line the row was read
+/// at: the origin travelled with the record from a source on one TaskManager through the
+/// network to the aggregation on another.
+#[test]
+fn a_poison_record_is_named_across_taskmanagers_when_restarts_give_up() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "csv") {
+            std::fs::copy(&path, data.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    // Line 3001 of census-2.csv (row 3000 after the header) gets an occupation of its own.
+    let file = data.join("census-2.csv");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut fields: Vec<&str> = lines[3000].split(',').collect();
+    fields[3] = "Poison";
+    lines[3000] = fields.join(",");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+
+    let data_arg = data.to_string_lossy().into_owned();
+    let extra = ["--data", data_arg.as_str(), "--poison-occupation", "Poison"];
+    let mut cluster = census_cluster_with(work.path(), "200000", &extra);
+    cluster.start(3, 1);
+    let (status, out) = cluster.wait_jobmanager(Duration::from_secs(180));
+    let log = cluster.log("jobmanager-1.err");
+    assert!(!status.success(), "the job did not fail: {out}\n{log}");
+    let named = format!("the record was read at {}:3001", file.display());
+    assert!(
+        log.contains(&named) && log.contains("poison record: occupation Poison"),
+        "the JobManager's error does not name the record ({named}):\n{}",
+        cluster.all_logs()
+    );
+    let gave_up = log
+        .lines()
+        .find(|l| l.contains("restart strategy gives up"))
+        .unwrap_or_else(|| panic!("the restart strategy did not give up:\n{log}"));
+    assert!(gave_up.contains(&named), "{gave_up}");
+}

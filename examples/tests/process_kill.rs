@@ -230,7 +230,10 @@ fn census_with_malformed_rows(dir: &Path, seed: u64, every: usize) -> usize {
                 malformed += 1;
                 match rng.below(3) {
                     0 => line.replacen(',', ",x", 4).replacen(",x", ",", 3),
-                    1 => line.rsplit_once(',').map_or(line, |(head, _)| head).to_string(),
+                    1 => line
+                        .rsplit_once(',')
+                        .map_or(line, |(head, _)| head)
+                        .to_string(),
                     _ => format!("{line},extra"),
                 }
             })

@@ -47,7 +47,7 @@ enum Cmd {
     /// Runs one workload on Weir or the floor in this process and prints `RESULT {json}`
     /// (the suite starts itself with this for every run).
     RunOne {
-        /// weir, weir-no-checkpoints or floor.
+        /// weir, weir-traced, weir-no-checkpoints or floor.
         #[arg(long)]
         engine: Engine,
         /// The workload.
@@ -204,10 +204,14 @@ fn run_one(
             EventSource::Files(input) => (floor::run(workload, input)?, Default::default()),
             EventSource::Generator { .. } => bail!("the floor reads files only"),
         },
-        Engine::WeirNoCheckpoints => weir_jobs::run(workload, source, parallelism, None, output)?,
-        Engine::Weir => {
-            let dir = checkpoint_dir.context("engine weir needs --checkpoint-dir")?;
-            weir_jobs::run(workload, source, parallelism, Some(dir), output)?
+        Engine::WeirNoCheckpoints => {
+            weir_jobs::run(workload, source, parallelism, None, output, false)?
+        }
+        Engine::Weir | Engine::WeirTraced => {
+            let dir =
+                checkpoint_dir.context("engines weir and weir-traced need --checkpoint-dir")?;
+            let traced = engine == Engine::WeirTraced;
+            weir_jobs::run(workload, source, parallelism, Some(dir), output, traced)?
         }
         Engine::Flink => bail!("Flink runs through the suite, not run-one"),
     };
@@ -264,7 +268,7 @@ fn spawn_one(
     ]);
     input.add_args(&mut command);
     command.args(["--parallelism", &parallelism.to_string()]);
-    if engine == Engine::Weir {
+    if matches!(engine, Engine::Weir | Engine::WeirTraced) {
         command
             .arg("--checkpoint-dir")
             .arg(work_dir.join("checkpoints"));

@@ -2,19 +2,10 @@
 
 use weir::WeirError;
 
-/// An error and its causes on one line (`a: b: c`), for messages that carry another
-/// library's error, whose own `Display` is often only its outermost layer.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text = format!("{text}: {next}");
-        }
-        source = cause.source();
-    }
-    text
+/// An error and its causes on one line (`a: b: c`), each once, for messages that carry
+/// another library's error, whose own `Display` is often only its outermost layer.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    weir::cli::error_chain(error)
 }
 
 /// A cluster-mode failure, naming the setting or the peer involved.

@@ -345,6 +345,55 @@ fn malformed_records_fail_naming_where_or_are_skipped_or_dead_lettered() {
     assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 3);
 }
 
+/// A record that makes a function fail on every restart is named by topic, partition and
+/// offset when the restart strategy gives up: the attempts after the first failure trace
+/// each record's origin, across the shuffle.
+#[test]
+fn a_poison_record_is_named_by_topic_partition_and_offset_when_restarts_give_up() {
+    let topic = common::topic("poison", 2);
+    common::produce(&topic, Some(0), &values(0..300));
+    let mut second: Vec<String> = values(300..600);
+    second[123] = "poison".into();
+    common::produce(&topic, Some(1), &second);
+    let config = config(None).with_restart_strategy(RestartStrategyConfig::FixedDelay {
+        attempts: 2,
+        delay: Duration::from_millis(20),
+    });
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    env.from_source(
+        source(&topic).bounded().build().unwrap(),
+        WatermarkStrategy::no_watermarks(),
+        "kafka",
+    )
+    .rebalance()
+    .map(|value: String| {
+        if value == "poison" {
+            panic!("cannot handle `{value}`");
+        }
+        value
+    })
+    .name("handler")
+    .sink_to(collect_sink::<String>().0, "collect");
+    let error = env.execute("poisoned").unwrap_err();
+    assert_eq!(
+        error.record_origin(),
+        Some(&RecordOrigin::Kafka {
+            topic: topic.clone(),
+            partition: 1,
+            offset: 123
+        }),
+        "{error}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "the record was read at topic {topic}, partition 1, offset 123"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("cannot handle `poison`"), "{text}");
+}
+
 #[test]
 fn an_unreachable_broker_is_reported_clearly() {
     // Nothing listens on port 1.

@@ -1,13 +1,13 @@
 //! What command-line programs that run Weir jobs share.
 
-use std::fmt::Display;
+use std::error::Error;
 use std::process::ExitCode;
 
 /// Ends a command-line program with `result`: on an error, prints it and its causes on one
 /// line to standard error (`error: job `x` failed: …: census-0.csv:5002, column age: …`) and
 /// exits with status 1. No backtrace, whatever `RUST_BACKTRACE` says: bad input is not a bug,
-/// and the message says all there is to say. (An `anyhow::Error`'s alternate form, `{:#}`, is
-/// its chain of causes.)
+/// and the message says all there is to say. Each cause is printed once: one whose text the
+/// message already holds (Weir's errors say their cause) is left out, see [`error_chain`].
 ///
 /// ```
 /// use std::process::ExitCode;
@@ -18,12 +18,38 @@ use std::process::ExitCode;
 /// assert_eq!(weir::cli::exit_code(run(true)), ExitCode::SUCCESS);
 /// assert_eq!(weir::cli::exit_code(run(false)), ExitCode::FAILURE); // prints `error: no input`
 /// ```
-pub fn exit_code<E: Display>(result: Result<(), E>) -> ExitCode {
+pub fn exit_code<E: Into<Box<dyn Error + Send + Sync>>>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_chain(&*error.into()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line (`a: b: c`), each cause once: a cause whose text is
+/// already in the line is left out. Errors that say their cause in their own message (as
+/// Weir's do) and also return it as their `source` would otherwise print it twice.
+///
+/// ```
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("job failed: {0}")]
+/// struct JobFailed(#[source] std::io::Error);
+/// let error = JobFailed(std::io::Error::other("disk full"));
+/// assert_eq!(weir::cli::error_chain(&error), "job failed: disk full");
+/// let error = std::io::Error::other(error);
+/// assert_eq!(weir::cli::error_chain(&error), "job failed: disk full");
+/// ```
+pub fn error_chain(error: &(dyn Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -129,6 +129,35 @@ pub struct ExecutionConfig {
     /// Where keyed state lives (`state.backend.type`, heap by default).
     #[serde(default)]
     pub state_backend: crate::state::backend_factory::StateBackendConfig,
+    /// When sources say where each record was read, so that an operator failing on a
+    /// record names it (`execution.record-origins`; after a failure of user code by default).
+    #[serde(default)]
+    pub record_origins: RecordOriginTracing,
+}
+
+/// When a job traces where each record was read (its file and line, or topic, partition and
+/// offset), so that an error of an operator on a record names it — a poison record that fails
+/// every restart is then named when the restart strategy gives up. Each traced record carries
+/// its origin through the chain and the network, which costs throughput (bench/README.md,
+/// "the cost of tracing record origins").
+///
+/// ```
+/// use weir::prelude::*;
+/// let config = ExecutionConfig::default().with_record_origins(RecordOriginTracing::Always);
+/// assert_eq!(config.record_origins, RecordOriginTracing::Always);
+/// assert_eq!(ExecutionConfig::default().record_origins, RecordOriginTracing::AfterUserFailure);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOriginTracing {
+    /// In the attempts that follow a failure user code may have caused (the default): the
+    /// first run costs nothing, and a record that fails again is named.
+    #[default]
+    AfterUserFailure,
+    /// In every attempt, the first included (to find a failing record at once).
+    Always,
+    /// Never.
+    Never,
 }
 
 fn default_metrics_update_interval() -> Duration {
@@ -153,6 +182,7 @@ impl Default for ExecutionConfig {
             resume_from_latest_checkpoint: false,
             metrics_update_interval: default_metrics_update_interval(),
             state_backend: crate::state::backend_factory::StateBackendConfig::default(),
+            record_origins: RecordOriginTracing::default(),
         }
     }
 }
@@ -215,6 +245,12 @@ impl ExecutionConfig {
     /// Resumes from the job's latest retained checkpoint when one exists.
     pub fn with_resume_from_latest_checkpoint(mut self, resume: bool) -> Self {
         self.resume_from_latest_checkpoint = resume;
+        self
+    }
+
+    /// Sets when sources say where each record was read (see [`RecordOriginTracing`]).
+    pub fn with_record_origins(mut self, tracing: RecordOriginTracing) -> Self {
+        self.record_origins = tracing;
         self
     }
 

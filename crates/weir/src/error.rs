@@ -218,6 +218,16 @@ pub enum TaskError {
     /// A source read a record it cannot decode, under the policy to fail.
     #[error(transparent)]
     MalformedRecord(#[from] crate::connectors::malformed::MalformedRecordError),
+    /// The error happened while an operator processed the record read at `origin`: known in
+    /// the attempt after a failure of user code, which traces every record's origin (see
+    /// [`WeirError::record_origin`]).
+    #[error("{cause}; the record was read at {origin}")]
+    AtRecord {
+        /// Where the record (or the source record it was computed from) was read.
+        origin: crate::connectors::malformed::RecordOrigin,
+        /// What went wrong.
+        cause: Box<TaskError>,
+    },
     /// The error happened in a named operator of the task's chain.
     #[error("in operator `{operator}`: {cause}")]
     Operator {
@@ -284,8 +294,49 @@ impl TaskError {
     pub fn malformed_record(&self) -> Option<&crate::connectors::malformed::MalformedRecord> {
         match self {
             TaskError::MalformedRecord(e) => Some(&e.record),
-            TaskError::Operator { cause, .. } => cause.malformed_record(),
+            TaskError::Operator { cause, .. } | TaskError::AtRecord { cause, .. } => {
+                cause.malformed_record()
+            }
             _ => None,
+        }
+    }
+
+    /// Where the record this error happened on was read, when the attempt traced it.
+    pub fn record_origin(&self) -> Option<&crate::connectors::malformed::RecordOrigin> {
+        match self {
+            TaskError::AtRecord { origin, .. } => Some(origin),
+            TaskError::Operator { cause, .. } => cause.record_origin(),
+            _ => None,
+        }
+    }
+
+    /// Says that this error happened on the record read at `origin` (inside the operator
+    /// that names it; once, the innermost origin wins). Consequences of other failures are
+    /// left as they are.
+    pub(crate) fn at_record(self, origin: &crate::connectors::malformed::RecordOrigin) -> Self {
+        match self {
+            TaskError::Operator { operator, cause } => TaskError::Operator {
+                operator,
+                cause: Box::new(cause.at_record(origin)),
+            },
+            error @ TaskError::AtRecord { .. } => error,
+            error if error.is_secondary() => error,
+            error => TaskError::AtRecord {
+                origin: origin.clone(),
+                cause: Box::new(error),
+            },
+        }
+    }
+
+    /// Whether user code may have caused this error (a panic or an error of a function,
+    /// source or sink, or a failure reported from another process): the next attempt then
+    /// traces the origin of every record, so that a record failing again is named.
+    pub fn may_come_from_user_code(&self) -> bool {
+        match self {
+            TaskError::UserPanic { .. } | TaskError::User(_) | TaskError::AtRecord { .. } => true,
+            TaskError::Remote { secondary, .. } => !*secondary,
+            TaskError::Operator { cause, .. } => cause.may_come_from_user_code(),
+            _ => false,
         }
     }
 
@@ -295,7 +346,9 @@ impl TaskError {
         match self {
             TaskError::Cancelled | TaskError::ChannelClosed { .. } => true,
             TaskError::Remote { secondary, .. } => *secondary,
-            TaskError::Operator { cause, .. } => cause.is_secondary(),
+            TaskError::Operator { cause, .. } | TaskError::AtRecord { cause, .. } => {
+                cause.is_secondary()
+            }
             _ => false,
         }
     }
@@ -427,6 +480,17 @@ impl WeirError {
     pub fn malformed_record(&self) -> Option<&crate::connectors::malformed::MalformedRecord> {
         match self {
             WeirError::JobFailed { failure, .. } => failure.cause.malformed_record(),
+            _ => None,
+        }
+    }
+
+    /// Where the record the job failed on was read (file and line, or topic, partition and
+    /// offset), when the failing attempt traced it: the attempts after a failure of user
+    /// code do, so that a poison record which fails every restart is named when the restart
+    /// strategy gives up.
+    pub fn record_origin(&self) -> Option<&crate::connectors::malformed::RecordOrigin> {
+        match self {
+            WeirError::JobFailed { failure, .. } => failure.cause.record_origin(),
             _ => None,
         }
     }

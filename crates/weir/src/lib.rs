@@ -35,7 +35,7 @@ pub use checkpoint::fencing::{FencedError, FencingToken};
 pub use checkpoint::recovery::{CorruptCheckpointPolicy, RecoveryError};
 pub use checkpoint::restart_strategy::RestartStrategyConfig;
 pub use checkpoint::savepoint::Savepoint;
-pub use config::{ExecutionConfig, NonRestoredState, RestoreSettings};
+pub use config::{ExecutionConfig, NonRestoredState, RecordOriginTracing, RestoreSettings};
 pub use error::{BoxError, WeirError};
 pub use graph::explain::ExecutionPlan;
 pub use record::{Key, Record};

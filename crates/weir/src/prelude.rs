@@ -39,7 +39,7 @@ pub use crate::checkpoint::config::{
 };
 pub use crate::checkpoint::restart_strategy::RestartStrategyConfig;
 pub use crate::checkpoint::savepoint::Savepoint;
-pub use crate::config::{ExecutionConfig, NonRestoredState, RestoreSettings};
+pub use crate::config::{ExecutionConfig, NonRestoredState, RecordOriginTracing, RestoreSettings};
 pub use crate::connectors::collect::CollectHandle;
 pub use crate::connectors::collection::CollectionSource;
 pub use crate::connectors::discard::DiscardingSink;

@@ -72,6 +72,10 @@ struct Args {
     /// lines into <work-dir>/dead-letters (by default such a row fails the job).
     #[arg(long)]
     dead_letters: bool,
+    /// Panic on every row of this occupation, in the aggregation (a poison record: the
+    /// restart strategy gives up, naming where the row was read).
+    #[arg(long)]
+    poison_occupation: Option<String>,
     /// Checkpoint storage at a URL instead of <work-dir>/checkpoints: `s3://bucket/prefix`
     /// (S3 or an S3-compatible server, configured by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …),
     /// `gs://…`, `az://…`, or `file:///dir`. Needs --no-local-recovery.
@@ -121,6 +125,7 @@ fn run() -> Result<()> {
         (args.slow_aggregation_us > 0).then(|| Duration::from_micros(args.slow_aggregation_us));
     let dead_letters = args.work_dir.join("dead-letters");
     options.dead_letters = args.dead_letters.then(|| dead_letters.clone());
+    options.poison_occupation = args.poison_occupation.clone();
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     options.checkpoint_storage = args.checkpoint_storage.clone();

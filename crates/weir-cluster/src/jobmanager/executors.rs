@@ -167,6 +167,7 @@ impl TaskExecutors for ClusterTaskExecutors {
             peers,
             restore,
             holder: request.fencing.holder().to_string(),
+            trace_record_origins: request.trace_record_origins,
         };
         // The TaskManagers deploy in the background (a restore may read much state); each
         // reports, and the service tells the job loop once all have (or one failed).

@@ -177,6 +177,7 @@ impl TaskManagerRun {
                 fencing: &fencing,
                 metrics: context.metrics,
                 attempt: run.attempt,
+                trace_record_origins: deploy.trace_record_origins,
             },
             &mut endpoints,
         );

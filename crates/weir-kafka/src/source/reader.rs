@@ -278,9 +278,12 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
             if let Some(value) = decoded {
                 // The record's Kafka timestamp is its event time unless the watermark
                 // strategy assigns another, as in Flink's Kafka source.
+                // The origin is made only when the attempt traces origins.
                 match record.timestamp {
-                    Some(timestamp) => output.collect_with_timestamp(value, timestamp),
-                    None => output.collect(value),
+                    Some(timestamp) => {
+                        output.collect_from_with_timestamp(value, timestamp, || record.origin())
+                    }
+                    None => output.collect_from(value, || record.origin()),
                 }
                 emitted += 1;
             }

@@ -39,6 +39,13 @@ impl Configuration {
         if let Some(capacity) = self.integer("execution.channel-capacity")? {
             config.channel_capacity = capacity as usize;
         }
+        if let Some(tracing) = self.enumeration("execution.record-origins")? {
+            config.record_origins = match tracing {
+                "ALWAYS" => crate::config::RecordOriginTracing::Always,
+                "NEVER" => crate::config::RecordOriginTracing::Never,
+                _ => crate::config::RecordOriginTracing::AfterUserFailure,
+            };
+        }
         if let Some(interval) = self.duration("metrics.fetcher.update-interval")? {
             config.metrics_update_interval = interval;
         }

@@ -89,6 +89,11 @@ pub const OPTIONS: &[ConfigOption] = &[
         "Batches a channel holds before its producer blocks.",
     ),
     option(
+        "execution.record-origins",
+        Enumeration(&["AFTER_USER_FAILURE", "ALWAYS", "NEVER"]),
+        "When sources say where each record was read, so that an operator failing on one names it.",
+    ),
+    option(
         "execution.checkpointing.interval",
         Duration,
         "Time between checkpoints; unset: no periodic checkpoints.",

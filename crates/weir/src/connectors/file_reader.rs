@@ -436,7 +436,17 @@ impl<T: Record> SourceReader for FileReader<T> {
             };
             match decoded {
                 Ok(record) => {
-                    output.collect(record);
+                    // Made only when the attempt traces origins. A CSV row's line is where
+                    // the csv crate began parsing it (the blank lines it skips before a row
+                    // are counted only for malformed rows, below).
+                    let position = self.record.position();
+                    output.collect_from(record, || RecordOrigin::File {
+                        file: file.to_string(),
+                        line: match (csv, position) {
+                            (Some((_, _, base_line)), Some(start)) => base_line + start.line() - 1,
+                            _ => line,
+                        },
+                    });
                     self.limiter.record(1);
                 }
                 Err(error) => {
@@ -457,8 +467,9 @@ impl<T: Record> SourceReader for FileReader<T> {
                         error,
                         raw: raw.to_text(),
                     };
+                    let origin = bad.origin.clone();
                     if let Some(dead_letter) = self.malformed.handle(bad)? {
-                        output.collect(dead_letter);
+                        output.collect_from(dead_letter, || origin);
                         self.limiter.record(1);
                     }
                 }

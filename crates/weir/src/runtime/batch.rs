@@ -1,7 +1,11 @@
 //! A batch of records with their event timestamps: the unit handed between chained operators
 //! and sent through channels.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use crate::connectors::malformed::RecordOrigin;
 
 /// How a record without a timestamp is marked in a batch's timestamp column.
 const NO_TIMESTAMP: i64 = i64::MIN;
@@ -21,6 +25,10 @@ pub struct RecordBatch<T> {
     timestamps: Vec<i64>,
     /// Empty, or one entry per record (`NO_KEY_GROUP` where unknown).
     key_groups: Vec<u16>,
+    /// Where the records were read, in an attempt that traces record origins (after a
+    /// failure of user code): one entry for each of the first records, those after it and
+    /// `None`s having none. Empty otherwise, so that normal runs carry nothing.
+    origins: Vec<Option<Arc<RecordOrigin>>>,
 }
 
 impl<T> Default for RecordBatch<T> {
@@ -29,6 +37,7 @@ impl<T> Default for RecordBatch<T> {
             records: Vec::new(),
             timestamps: Vec::new(),
             key_groups: Vec::new(),
+            origins: Vec::new(),
         }
     }
 }
@@ -39,6 +48,7 @@ impl<T> From<Vec<T>> for RecordBatch<T> {
             records,
             timestamps: Vec::new(),
             key_groups: Vec::new(),
+            origins: Vec::new(),
         }
     }
 }
@@ -50,6 +60,7 @@ impl<T> RecordBatch<T> {
             records: Vec::with_capacity(capacity),
             timestamps: Vec::new(),
             key_groups: Vec::new(),
+            origins: Vec::new(),
         }
     }
 
@@ -59,6 +70,7 @@ impl<T> RecordBatch<T> {
             records: Vec::with_capacity(capacity),
             timestamps: Vec::new(),
             key_groups: Vec::with_capacity(capacity),
+            origins: Vec::new(),
         }
     }
 
@@ -76,6 +88,12 @@ impl<T> RecordBatch<T> {
             return Err(format!(
                 "a batch of {n} records has {} key groups",
                 self.key_groups.len()
+            ));
+        }
+        if self.origins.len() > n {
+            return Err(format!(
+                "a batch of {n} records has {} origins",
+                self.origins.len()
             ));
         }
         Ok(())
@@ -102,6 +120,45 @@ impl<T> RecordBatch<T> {
             .map(|g| u32::from(*g))
     }
 
+    /// Appends a record read at `origin`, with its timestamp and key group, if any (an
+    /// attempt that traces record origins).
+    pub fn push_traced(
+        &mut self,
+        record: T,
+        timestamp: Option<i64>,
+        key_group: Option<u32>,
+        origin: Option<Arc<RecordOrigin>>,
+    ) {
+        if origin.is_some() || !self.origins.is_empty() {
+            self.origins.resize(self.records.len(), None);
+            self.origins.push(origin);
+        }
+        match key_group {
+            Some(group) => self.push_keyed(record, timestamp, group),
+            None => self.push(record, timestamp),
+        }
+    }
+
+    /// Whether the batch says where (some of) its records were read.
+    #[inline]
+    pub fn has_origins(&self) -> bool {
+        !self.origins.is_empty()
+    }
+
+    /// Where record `index` was read, if the batch says.
+    pub fn origin(&self, index: usize) -> Option<&RecordOrigin> {
+        self.origins.get(index).and_then(|o| o.as_deref())
+    }
+
+    /// Takes the records out in order with their timestamps, key groups and origins (`None`
+    /// where unknown); the batch is left empty.
+    pub fn drain_traced(&mut self) -> impl Iterator<Item = TracedRecord<T>> + '_ {
+        let mut origins = std::mem::take(&mut self.origins).into_iter();
+        self.drain_keyed().map(move |(record, timestamp, group)| {
+            (record, timestamp, group, origins.next().flatten())
+        })
+    }
+
     /// Cuts the batch into chunks of at most `n` records, taken front to back (each
     /// costs its own length, not the rest's).
     pub fn into_chunks(mut self, n: usize) -> BatchChunks<T> {
@@ -121,6 +178,7 @@ impl<T> RecordBatch<T> {
     /// Takes the records out in order with their timestamps and key groups (`None` where
     /// unknown); the batch is left empty with its allocations.
     pub fn drain_keyed(&mut self) -> impl Iterator<Item = (T, Option<i64>, Option<u32>)> + '_ {
+        self.origins.clear();
         let groups = std::mem::take(&mut self.key_groups);
         let mut groups = groups.into_iter();
         self.drain().map(move |(record, timestamp)| {
@@ -202,6 +260,7 @@ impl<T> RecordBatch<T> {
     pub fn drain_records(&mut self) -> std::vec::Drain<'_, T> {
         self.timestamps.clear();
         self.key_groups.clear();
+        self.origins.clear();
         self.records.drain(..)
     }
 
@@ -210,6 +269,10 @@ impl<T> RecordBatch<T> {
         self.records.reverse();
         self.timestamps.reverse();
         self.key_groups.reverse();
+        if !self.origins.is_empty() {
+            self.origins.resize(self.records.len(), None);
+            self.origins.reverse();
+        }
     }
 
     /// Splits off the last `n` records (all, if fewer) into a batch of their own, in order.
@@ -222,9 +285,13 @@ impl<T> RecordBatch<T> {
             }
         }
         let at = self.records.len().saturating_sub(n);
+        if !self.origins.is_empty() {
+            self.origins.resize(self.records.len(), None);
+        }
         RecordBatch {
             timestamps: column(&mut self.timestamps, at),
             key_groups: column(&mut self.key_groups, at),
+            origins: column(&mut self.origins, at),
             records: self.records.split_off(at),
         }
     }
@@ -234,6 +301,7 @@ impl<T> RecordBatch<T> {
         self.records.clear();
         self.timestamps.clear();
         self.key_groups.clear();
+        self.origins.clear();
     }
 
     /// Takes the records out in order with their timestamps; the batch is left empty with
@@ -241,6 +309,7 @@ impl<T> RecordBatch<T> {
     #[inline]
     pub fn drain(&mut self) -> Drain<'_, T> {
         self.key_groups.clear();
+        self.origins.clear();
         Drain {
             records: self.records.drain(..),
             timestamps: &mut self.timestamps,
@@ -253,6 +322,10 @@ impl<T> RecordBatch<T> {
         self.records
     }
 }
+
+/// A record taken out of a batch with its timestamp, key group and origin (see
+/// [`RecordBatch::drain_traced`]).
+pub type TracedRecord<T> = (T, Option<i64>, Option<u32>, Option<Arc<RecordOrigin>>);
 
 /// A batch taken chunk by chunk (see [`RecordBatch::into_chunks`]).
 pub struct BatchChunks<T> {
@@ -398,6 +471,51 @@ mod tests {
         plain.push(1, None);
         plain.key_groups = vec![1, 2];
         assert!(plain.check_shape().unwrap_err().contains("key groups"));
+    }
+
+    #[test]
+    fn origins_travel_with_their_records_through_splits_and_reversal() {
+        let at = |line| {
+            Some(Arc::new(RecordOrigin::File {
+                file: "f".into(),
+                line,
+            }))
+        };
+        let mut batch = RecordBatch::default();
+        batch.push(0, None);
+        batch.push_traced(1, Some(10), None, at(2));
+        batch.push_traced(2, None, Some(5), at(3));
+        batch.push(3, None);
+        assert!(batch.has_origins() && batch.check_shape().is_ok());
+        assert_eq!((batch.origin(0), batch.origin(3)), (None, None));
+        let mut tail = batch.split_off_last(2);
+        assert_eq!(
+            tail.origin(0).map(ToString::to_string).as_deref(),
+            Some("f:3")
+        );
+        tail.reverse();
+        assert_eq!(
+            tail.origin(1).map(ToString::to_string).as_deref(),
+            Some("f:3")
+        );
+        assert_eq!(tail.origin(0), None);
+        let drained: Vec<_> = batch
+            .drain_traced()
+            .map(|(r, t, g, o)| (r, t, g, o.map(|o| o.to_string())))
+            .collect();
+        assert_eq!(
+            drained,
+            [
+                (0, None, None, None),
+                (1, Some(10), None, Some("f:2".into()))
+            ]
+        );
+        assert!(batch.is_empty() && !batch.has_origins());
+        batch.push(7, None);
+        assert!(
+            !batch.has_origins(),
+            "a batch without traced records carries no column"
+        );
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub struct TaskDeployment<'a> {
     pub metrics: &'a MetricRegistry,
     /// The run's attempt number.
     pub attempt: u64,
+    /// Whether sources say where each record was read (the attempt after a failure of user
+    /// code), so that an operator failing on a record names it.
+    pub trace_record_origins: bool,
 }
 
 /// A source's coordinator (split enumerator), created but not started, and the endpoints of
@@ -375,6 +378,7 @@ pub fn deploy(
             fencing,
             metrics: &MetricRegistry::new(),
             attempt: 0,
+            trace_record_origins: false,
         },
         &mut endpoints,
     )?;
@@ -438,6 +442,7 @@ pub fn deploy_tasks(
         fencing,
         metrics,
         attempt,
+        trace_record_origins,
     } = deployment;
     let plan = &job.plan;
     let (sg, jg, eg) = (&plan.stream_graph, &plan.job_graph, &plan.execution_graph);
@@ -539,6 +544,7 @@ pub fn deploy_tasks(
                 fencing: fencing.clone(),
                 restored_from: restore.map(|r| r.checkpoint_id),
                 metrics: task_metrics.operator(node_id, &node.name),
+                trace_record_origins,
             };
             let subtask_display = SubtaskDisplay {
                 index: ev.id.subtask,

@@ -6,6 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::connectors::malformed::RecordOrigin;
 use crate::error::{panic_message, BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::time::Watermark;
@@ -50,6 +51,13 @@ pub trait Output<T>: Send {
     fn release_split(&mut self, _split: &str) -> Result<(), TaskError> {
         Ok(())
     }
+    /// Whether the source writing here should say where each record was read (see
+    /// [`Collector::collect_from`]): only in the attempt after a failure of user code.
+    fn traces_origins(&self) -> bool {
+        false
+    }
+    /// The records that follow were read at `origin`.
+    fn set_origin(&mut self, _origin: Option<Arc<RecordOrigin>>) {}
 }
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
@@ -73,16 +81,48 @@ pub trait Output<T>: Send {
 pub struct Collector<'a, T> {
     output: &'a mut dyn Output<T>,
     error: Option<TaskError>,
+    /// Whether the output wants each record's origin (asked once, not per record).
+    traces_origins: bool,
 }
 
 impl<'a, T> Collector<'a, T> {
     /// A collector emitting into `output` (the runtime makes these; tests of readers and
     /// functions can use a [`VecOutput`]).
     pub fn new(output: &'a mut dyn Output<T>) -> Self {
+        let traces_origins = output.traces_origins();
         Self {
             output,
             error: None,
+            traces_origins,
         }
+    }
+
+    /// Emits one record that a source read at `origin` (a file and line, a topic, partition
+    /// and offset). `origin` is called only in the attempt after a failure of user code,
+    /// which traces where every record came from: a record that makes a function fail again
+    /// is then named in the error, and the restart strategy gives up naming it. The
+    /// records collected after this one, until the next `collect_from`, count as read there
+    /// too.
+    #[inline]
+    pub fn collect_from(&mut self, record: T, origin: impl FnOnce() -> RecordOrigin) {
+        if self.traces_origins {
+            self.output.set_origin(Some(Arc::new(origin())));
+        }
+        self.collect(record);
+    }
+
+    /// [`collect_from`](Self::collect_from) with event timestamp `timestamp`.
+    #[inline]
+    pub fn collect_from_with_timestamp(
+        &mut self,
+        record: T,
+        timestamp: i64,
+        origin: impl FnOnce() -> RecordOrigin,
+    ) {
+        if self.traces_origins {
+            self.output.set_origin(Some(Arc::new(origin())));
+        }
+        self.collect_with_timestamp(record, timestamp);
     }
 
     /// Emits one record downstream.

@@ -278,6 +278,51 @@ impl<T: Record> RecordWriter<T> {
         }
     }
 
+    /// Sends one record read at `origin` (an attempt that traces origins) to the channel its
+    /// partitioner picks, its origin with it.
+    fn collect_traced(
+        &mut self,
+        record: T,
+        timestamp: Option<i64>,
+        origin: Option<std::sync::Arc<crate::connectors::malformed::RecordOrigin>>,
+    ) -> Result<(), TaskError> {
+        let n = self.channels.len();
+        let (channels, key_group) = match &mut self.selector {
+            ChannelSelector::Forward => (0..1, None),
+            ChannelSelector::RoundRobin { next } => {
+                let channel = *next;
+                *next = if channel + 1 == n { 0 } else { channel + 1 };
+                (channel..channel + 1, None)
+            }
+            ChannelSelector::Broadcast => (0..n, None),
+            ChannelSelector::Hash {
+                key_group_of,
+                assigner,
+            } => {
+                let group = key_group_of.key_group(&record, assigner)?;
+                let channel =
+                    operator_index_for_key_group(assigner.max_parallelism(), n as u32, group)
+                        as usize;
+                (channel..channel + 1, Some(group))
+            }
+        };
+        let last = channels.end - 1;
+        let mut record = Some(record);
+        for channel in channels {
+            let value = match channel == last {
+                true => record.take(),
+                false => record.clone(),
+            };
+            let Some(value) = value else { break };
+            let buffer = &mut self.buffers[channel];
+            buffer.push_traced(value, timestamp, key_group, origin.clone());
+            if buffer.len() >= self.batch_size {
+                self.send_batch(channel)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Sends `event` on every channel, after the records buffered before it. An unaligned
     /// checkpoint's barrier goes ahead of everything first, on every channel's priority
     /// lane — before the flush, which may wait for room — and then in order as well: the
@@ -351,7 +396,11 @@ impl<T: Record> ChainedNode for RecordWriter<T> {
         if let Some(metrics) = &self.metrics {
             metrics.records_out.inc_by(batch.len() as u64);
         }
-        if batch.has_timestamps() {
+        if batch.has_origins() {
+            for (record, timestamp, _, origin) in batch.drain_traced() {
+                self.collect_traced(record, timestamp, origin)?;
+            }
+        } else if batch.has_timestamps() {
             for (record, timestamp) in batch.drain() {
                 self.collect(record, timestamp)?;
             }

@@ -129,6 +129,9 @@ pub struct SourceTask<S: Source> {
     next_watermark: Instant,
     /// When the chain's next processing-time timer is due.
     timer_deadline: Option<Instant>,
+    /// Whether the reader says where each record was read (the attempt after a failure of
+    /// user code), so that an operator failing on one names it.
+    trace_origins: bool,
 }
 
 impl<S: Source> SourceTask<S> {
@@ -166,7 +169,8 @@ impl<S: Source> SourceTask<S> {
         let chain = self
             .chain
             .entry_output(&mut self.buffer, &mut self.records_out)
-            .counting(&self.live.records_out);
+            .counting(&self.live.records_out)
+            .tracing_origins(self.trace_origins);
         match &mut self.watermarks {
             None => {
                 let mut output = chain;
@@ -732,6 +736,7 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             watermark_interval: Some(setup.config.auto_watermark_interval).filter(|i| !i.is_zero()),
             next_watermark: Instant::now(),
             timer_deadline: None,
+            trace_origins: setup.trace_record_origins,
         }))
     }
 

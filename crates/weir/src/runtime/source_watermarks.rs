@@ -306,6 +306,17 @@ impl<T: Record> Output<T> for SourceOutput<'_, '_, T> {
         self.watermarks.release_split(split);
         self.emit_changes()
     }
+
+    fn traces_origins(&self) -> bool {
+        Output::traces_origins(&self.chain)
+    }
+
+    fn set_origin(
+        &mut self,
+        origin: Option<std::sync::Arc<crate::connectors::malformed::RecordOrigin>>,
+    ) {
+        self.chain.set_origin(origin);
+    }
 }
 
 #[cfg(test)]

@@ -106,6 +106,9 @@ pub struct OperatorSetup {
     pub restored_from: Option<u64>,
     /// The operator's live metrics, and where its code registers its own.
     pub metrics: crate::metrics::OperatorMetricGroup,
+    /// Whether sources say where each record was read, so that a failing operator names the
+    /// record (the attempt after a failure of user code).
+    pub trace_record_origins: bool,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -129,6 +132,7 @@ impl OperatorSetup {
             fencing: crate::checkpoint::fencing::FencingToken::unfenced("test"),
             restored_from: None,
             metrics: crate::metrics::OperatorMetricGroup::detached(NodeId(node), name),
+            trace_record_origins: false,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct RunRequest<'a> {
     pub events: Sender<TaskEvent>,
     /// The source readers' lines to their coordinators.
     pub readers: ReaderEndpoints,
+    /// Whether sources say where each record was read (the attempt after a failure of user
+    /// code), so that an operator failing on a record names it.
+    pub trace_record_origins: bool,
 }
 
 /// Starts runs of a job's tasks.
@@ -129,6 +132,7 @@ impl TaskExecutors for LocalTaskExecutors {
                 fencing: request.fencing,
                 metrics: &self.metrics,
                 attempt: request.run.attempt,
+                trace_record_origins: request.trace_record_origins,
             },
             &mut readers,
         )?;

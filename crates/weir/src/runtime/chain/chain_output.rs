@@ -4,8 +4,10 @@
 
 use crate::metrics::Counter;
 use std::any::Any;
+use std::sync::Arc;
 
 use super::{ChainTail, ChainedNode, SideOutputs};
+use crate::connectors::malformed::RecordOrigin;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
@@ -21,6 +23,11 @@ pub struct ChainOutput<'a, T> {
     /// The timestamp records get by default: the input record's (Flink's
     /// `TimestampedCollector`).
     timestamp: Option<i64>,
+    /// Where the record being processed was read, in an attempt that traces origins: the
+    /// records emitted meanwhile carry it too.
+    origin: Option<Arc<RecordOrigin>>,
+    /// Whether a source writing here should say where each record was read.
+    traces_origins: bool,
     successors: &'a [usize],
     rest: &'a mut ChainTail,
     records_out: &'a mut u64,
@@ -76,6 +83,8 @@ impl<'a, T: Record> ChainOutput<'a, T> {
             buffer,
             side: None,
             timestamp: None,
+            origin: None,
+            traces_origins: false,
             successors,
             rest,
             records_out,
@@ -88,6 +97,20 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     pub fn counting(mut self, live_out: &'a Counter) -> Self {
         self.live_out = Some(live_out);
         self
+    }
+
+    /// The same output, asking the source that writes into it to say where each record was
+    /// read (the attempt after a failure of user code).
+    pub fn tracing_origins(mut self, traces: bool) -> Self {
+        self.traces_origins = traces;
+        self
+    }
+
+    /// The records emitted from now on were read at `origin` (or computed from a record
+    /// that was).
+    #[inline]
+    pub fn set_origin(&mut self, origin: Option<Arc<RecordOrigin>>) {
+        self.origin = origin;
     }
 
     /// The same output, with side outputs.
@@ -118,9 +141,12 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Emits one record, with the current timestamp.
     #[inline]
     pub fn collect(&mut self, record: T) -> Result<(), TaskError> {
-        match self.timestamp {
-            None => self.buffer.push_without_timestamp(record),
-            Some(t) => self.buffer.push_with_timestamp(record, t),
+        match (self.timestamp, &self.origin) {
+            (None, None) => self.buffer.push_without_timestamp(record),
+            (Some(t), None) => self.buffer.push_with_timestamp(record, t),
+            (timestamp, origin) => self
+                .buffer
+                .push_traced(record, timestamp, None, origin.clone()),
         }
         if self.buffer.len() >= self.batch_size {
             return self.hand_over_full_batch();
@@ -131,7 +157,12 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// Emits one record with event timestamp `timestamp`.
     #[inline]
     pub fn collect_with_timestamp(&mut self, record: T, timestamp: i64) -> Result<(), TaskError> {
-        self.buffer.push_with_timestamp(record, timestamp);
+        match &self.origin {
+            None => self.buffer.push_with_timestamp(record, timestamp),
+            origin => self
+                .buffer
+                .push_traced(record, Some(timestamp), None, origin.clone()),
+        }
         if self.buffer.len() >= self.batch_size {
             return self.hand_over_full_batch();
         }
@@ -211,5 +242,13 @@ impl<T: Record> Output<T> for ChainOutput<'_, T> {
 
     fn emit_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError> {
         ChainOutput::emit_watermark(self, watermark)
+    }
+
+    fn traces_origins(&self) -> bool {
+        self.traces_origins
+    }
+
+    fn set_origin(&mut self, origin: Option<Arc<RecordOrigin>>) {
+        ChainOutput::set_origin(self, origin);
     }
 }

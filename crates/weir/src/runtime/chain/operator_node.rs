@@ -105,7 +105,25 @@ macro_rules! operator_and_output {
 macro_rules! feed {
     ($self:ident, $rest:ident, $batch:ident, $process:ident, $keyed:ident) => {{
         let (operator, mut out) = operator_and_output!($self, $rest);
-        if $batch.has_key_groups() {
+        if $batch.has_origins() {
+            // An attempt that traces where records were read: what the operator emits for a
+            // record was read there too, and a failure on it names it.
+            for (record, timestamp, key_group, origin) in $batch.drain_traced() {
+                out.set_timestamp(timestamp);
+                out.set_origin(origin.clone());
+                let processed = match key_group {
+                    Some(group) => operator.$keyed(record, group, &mut out),
+                    None => operator.$process(record, &mut out),
+                };
+                if let Err(error) = processed {
+                    return Err(match &origin {
+                        Some(origin) => error.at_record(origin),
+                        None => error,
+                    });
+                }
+            }
+            out.set_origin(None);
+        } else if $batch.has_key_groups() {
             for (record, timestamp, key_group) in $batch.drain_keyed() {
                 out.set_timestamp(timestamp);
                 match key_group {

@@ -171,6 +171,7 @@ impl JobMaster {
             fencing: &self.fencing,
             events: events_tx.clone(),
             readers,
+            trace_record_origins: self.trace_record_origins,
         })?;
         attempt.run = Some(run);
         for ev in &self.job.plan.execution_graph.vertices {

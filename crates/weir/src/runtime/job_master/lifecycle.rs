@@ -11,6 +11,7 @@ use crate::checkpoint::config::RetentionOnCancel;
 use crate::checkpoint::job_record::RecordedStatus;
 use crate::checkpoint::savepoint::Savepoint;
 use crate::checkpoint::storage::StorageError;
+use crate::config::RecordOriginTracing;
 use crate::error::WeirError;
 use crate::runtime::deployment::DeployError;
 use crate::runtime::job_result::JobStatus;
@@ -169,6 +170,14 @@ impl JobMaster {
                 }
                 let restart = self.restart.on_failure(self.clock.now());
                 self.record_exception(&error, restart.is_some());
+                // The next attempt says where each record was read when user code may have
+                // failed: a record that fails it again is then named.
+                self.trace_record_origins = match self.job.config.record_origins {
+                    RecordOriginTracing::Always => true,
+                    RecordOriginTracing::Never => false,
+                    RecordOriginTracing::AfterUserFailure => matches!(&error,
+                        WeirError::JobFailed { failure, .. } if failure.cause.may_come_from_user_code()),
+                };
                 match restart {
                     Some(delay) => {
                         tracing::warn!(job = %self.job_name(), %error, ?delay,

@@ -99,6 +99,9 @@ pub struct JobMaster {
     fencing: FencingToken,
     coordinator: CheckpointCoordinator,
     restart: RestartBackoff,
+    /// Whether the next attempt traces where every record was read: set after a failure
+    /// that user code may have caused, so that a poison record failing again is named.
+    trace_record_origins: bool,
     commands: Receiver<JobCommand>,
     /// What resolving a restore point needs to know of the job.
     resolve: ResolveContext,
@@ -388,6 +391,8 @@ impl JobMaster {
         let mut master = Self {
             coordinator: CheckpointCoordinator::new(config.checkpoint.clone(), start.first_id, now),
             restart: RestartBackoff::new(config.effective_restart_strategy(), clock.unix_millis()),
+            trace_record_origins: config.record_origins
+                == crate::config::RecordOriginTracing::Always,
             resolve: resolve_context(&job, &start.storage_description, start.explicit_restore),
             storage,
             fencing: start.fencing,

@@ -1,0 +1,219 @@
+//! A poison record — one that makes a user function fail on every restart — does not loop
+//! forever: the restart strategy gives up, and the error names where the record was read,
+//! because every attempt after a failure of user code traces each record's origin, through
+//! chains, shuffles and the operators' outputs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::prelude::*;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Order {
+    customer: String,
+    amount: u32,
+}
+
+/// Two CSV files of orders; `poison` (file index, row index) holds the customer `poison`.
+fn orders(dir: &Path, rows: usize, poison: Option<(usize, usize)>) {
+    for file in 0..2 {
+        let mut text = String::from("customer,amount\n");
+        for row in 0..rows {
+            let customer = match poison == Some((file, row)) {
+                true => "poison".to_string(),
+                false => format!("c{}", (row * 7 + file) % 13),
+            };
+            text.push_str(&format!("{customer},{}\n", row % 100));
+        }
+        std::fs::write(dir.join(format!("orders-{file}.csv")), text).unwrap();
+    }
+}
+
+fn env_with_restarts(attempts: u32) -> StreamExecutionEnvironment {
+    let config = ExecutionConfig::default()
+        .with_parallelism(2)
+        .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+            attempts,
+            delay: Duration::from_millis(10),
+        });
+    StreamExecutionEnvironment::new(config).unwrap()
+}
+
+fn source(env: &StreamExecutionEnvironment, dir: &Path) -> DataStream<Order> {
+    env.from_source(
+        FileSource::<Order>::csv(dir),
+        WatermarkStrategy::no_watermarks(),
+        "orders",
+    )
+}
+
+/// Totals per customer, failing on the customer `poison` (every time, or only the first
+/// time when `once` is given).
+fn totals(
+    stream: &DataStream<Order>,
+    once: Option<Arc<AtomicBool>>,
+) -> CollectHandle<(String, u64)> {
+    stream
+        .map(|o: Order| (o.customer, u64::from(o.amount)))
+        .name("to pairs")
+        .key_by(|p: &(String, u64)| p.0.clone())
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .map(move |total: (String, u64)| {
+            if total.0 == "poison"
+                && once
+                    .as_ref()
+                    .is_none_or(|f| !f.swap(true, Ordering::SeqCst))
+            {
+                panic!("cannot bill customer {}", total.0);
+            }
+            total
+        })
+        .name("billing")
+        .collect()
+}
+
+fn expect_origin(error: &WeirError, dir: &Path, file: &str, line: u64) {
+    let origin = error
+        .record_origin()
+        .unwrap_or_else(|| panic!("the error names no record: {error}"));
+    let RecordOrigin::File {
+        file: path,
+        line: at,
+    } = origin
+    else {
+        panic!("not a file origin: {origin}");
+    };
+    assert_eq!(
+        (Path::new(path).file_name().and_then(|n| n.to_str()), *at),
+        (Some(file), line),
+        "{error}"
+    );
+    assert!(Path::new(path).starts_with(dir), "{path}");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("the record was read at {path}:{line}")),
+        "the message names the record: {text}"
+    );
+    assert!(text.contains("cannot bill customer poison"), "{text}");
+}
+
+#[test]
+fn a_poison_record_after_a_shuffle_is_named_when_the_restart_strategy_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // Row 1234 of the second file: line 1236 (after the header, 1-based).
+    orders(dir.path(), 3_000, Some((1, 1234)));
+    let env = env_with_restarts(2);
+    let _totals = totals(&source(&env, dir.path()), None);
+    let error = env.execute("poisoned").unwrap_err();
+    expect_origin(&error, dir.path(), "orders-1.csv", 1236);
+    assert!(
+        matches!(&error, WeirError::JobFailed { failure, .. } if failure.operator == "billing"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_poison_record_in_the_source_chain_is_named_too() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 500, Some((0, 0)));
+    let env = env_with_restarts(1);
+    source(&env, dir.path())
+        .filter(|o: &Order| o.amount < 1_000)
+        .map(|o: Order| {
+            if o.customer == "poison" {
+                panic!("cannot bill customer {}", o.customer);
+            }
+            o
+        })
+        .name("billing")
+        .print();
+    let error = env.execute("poisoned early").unwrap_err();
+    expect_origin(&error, dir.path(), "orders-0.csv", 2);
+}
+
+#[test]
+fn the_first_attempt_traces_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 200, Some((0, 10)));
+    let env = env_with_restarts(0);
+    let _totals = totals(&source(&env, dir.path()), None);
+    let error = env.execute("no restarts").unwrap_err();
+    assert_eq!(
+        error.record_origin(),
+        None,
+        "without a failure before it, an attempt carries no origins: {error}"
+    );
+    assert!(
+        error.to_string().contains("cannot bill customer poison"),
+        "{error}"
+    );
+}
+
+#[test]
+fn record_origins_can_be_traced_always_or_never() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 200, Some((1, 10)));
+    let run = |tracing: RecordOriginTracing, attempts: u32| {
+        let config = ExecutionConfig::default()
+            .with_parallelism(2)
+            .with_record_origins(tracing)
+            .with_restart_strategy(RestartStrategyConfig::FixedDelay {
+                attempts,
+                delay: Duration::from_millis(10),
+            });
+        let env = StreamExecutionEnvironment::new(config).unwrap();
+        let _totals = totals(&source(&env, dir.path()), None);
+        env.execute("tracing").unwrap_err()
+    };
+    expect_origin(
+        &run(RecordOriginTracing::Always, 0),
+        dir.path(),
+        "orders-1.csv",
+        12,
+    );
+    let error = run(RecordOriginTracing::Never, 2);
+    assert_eq!(error.record_origin(), None, "{error}");
+    // The configuration key says the same.
+    let mut config = ExecutionConfig::default();
+    weir::configuration::Configuration::from_yaml_str(
+        "execution.record-origins: never\n",
+        "weir.yaml",
+    )
+    .and_then(|c| c.apply(&mut config))
+    .unwrap();
+    assert_eq!(config.record_origins, RecordOriginTracing::Never);
+}
+
+#[test]
+fn a_traced_attempt_computes_the_same_results() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 2_000, Some((1, 1_500)));
+    // Fails once, on the poison record; the attempt after it traces origins and must give
+    // the same totals as a computation without Weir.
+    let env = env_with_restarts(1);
+    let totals = totals(
+        &source(&env, dir.path()),
+        Some(Arc::new(AtomicBool::new(false))),
+    );
+    let result = env.execute("fails once").unwrap();
+    assert_eq!(result.restarts, 1);
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for file in 0..2 {
+        let text = std::fs::read_to_string(dir.path().join(format!("orders-{file}.csv"))).unwrap();
+        for line in text.lines().skip(1) {
+            let (customer, amount) = line.split_once(',').unwrap();
+            *expected.entry(customer.to_string()).or_default() += amount.parse::<u64>().unwrap();
+        }
+    }
+    // The collected running totals hold both attempts' (this job has no checkpoints); the
+    // largest per customer is the final one.
+    let mut finals: BTreeMap<String, u64> = BTreeMap::new();
+    for (customer, total) in totals.take() {
+        let f = finals.entry(customer).or_default();
+        *f = (*f).max(total);
+    }
+    assert_eq!(finals, expected);
+}
