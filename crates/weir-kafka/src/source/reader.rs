@@ -11,6 +11,7 @@ use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use weir::connectors::malformed::{MalformedRecord, MalformedRecordHandler};
+use weir::connectors::origin::OriginPlace;
 use weir::connectors::rate_limiter::RateLimiter;
 use weir::connectors::source::{InputStatus, SourceReader, SourceReaderContext, SourceSplit};
 use weir::{BoxError, Collector};
@@ -42,6 +43,9 @@ pub struct KafkaSourceReader<T> {
     high_watermarks: HighWatermarks,
     lag: LagMetrics,
     next_lag_update: Instant,
+    /// The partition last read as an interned origin place, made at its first traced
+    /// record.
+    origin_place: Option<(String, i32, OriginPlace)>,
 }
 
 impl<T> KafkaSourceReader<T> {
@@ -95,6 +99,7 @@ impl<T> KafkaSourceReader<T> {
             high_watermarks,
             lag,
             next_lag_update: Instant::now(),
+            origin_place: None,
         })
     }
 
@@ -278,12 +283,27 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
             if let Some(value) = decoded {
                 // The record's Kafka timestamp is its event time unless the watermark
                 // strategy assigns another, as in Flink's Kafka source.
-                // The origin is made only when the attempt traces origins.
+                // The origin is made only when the attempt traces origins, its partition
+                // interned once per run of records from it.
+                let cached = &mut self.origin_place;
+                let origin = || {
+                    let place = match cached {
+                        Some((topic, partition, place))
+                            if *partition == record.partition && topic == record.topic =>
+                        {
+                            *place
+                        }
+                        _ => {
+                            let place = OriginPlace::kafka(record.topic, record.partition);
+                            *cached = Some((record.topic.to_string(), record.partition, place));
+                            place
+                        }
+                    };
+                    place.at(offset as u64)
+                };
                 match record.timestamp {
-                    Some(timestamp) => {
-                        output.collect_from_with_timestamp(value, timestamp, || record.origin())
-                    }
-                    None => output.collect_from(value, || record.origin()),
+                    Some(timestamp) => output.collect_from_with_timestamp(value, timestamp, origin),
+                    None => output.collect_from(value, origin),
                 }
                 emitted += 1;
             }

@@ -12,6 +12,7 @@ use crate::connectors::file_source::{Decoder, FileFormat, FileSplit};
 use crate::connectors::malformed::{
     DecodeError, MalformedRecord, MalformedRecordHandler, RecordOrigin,
 };
+use crate::connectors::origin::{OriginPlace, TracedOrigin};
 use crate::connectors::rate_limiter::RateLimiter;
 use crate::connectors::source::{InputStatus, SourceReader, SourceReaderContext, SourceSplit};
 use crate::connectors::split_queue::SplitQueue;
@@ -91,6 +92,8 @@ pub struct FileReader<T> {
     /// Where the CSV row just read starts in its file, relative to where reading began.
     row_start: u64,
     record: ByteRecord,
+    /// The file being read as an interned origin place, made at its first traced record.
+    origin_place: Option<(String, OriginPlace)>,
 }
 
 /// How much of an oversized line a malformed record shows.
@@ -188,6 +191,7 @@ impl<T: Record> FileReader<T> {
             oversized: None,
             row_start: 0,
             record: ByteRecord::new(),
+            origin_place: None,
         }
     }
 
@@ -440,12 +444,20 @@ impl<T: Record> SourceReader for FileReader<T> {
                     // the csv crate began parsing it (the blank lines it skips before a row
                     // are counted only for malformed rows, below).
                     let position = self.record.position();
-                    output.collect_from(record, || RecordOrigin::File {
-                        file: file.to_string(),
-                        line: match (csv, position) {
+                    let cached = &mut self.origin_place;
+                    output.collect_from(record, || {
+                        let place = match cached {
+                            Some((path, place)) if path == file => *place,
+                            _ => {
+                                let place = OriginPlace::file(file);
+                                *cached = Some((file.to_string(), place));
+                                place
+                            }
+                        };
+                        place.at(match (csv, position) {
                             (Some((_, _, base_line)), Some(start)) => base_line + start.line() - 1,
                             _ => line,
-                        },
+                        })
                     });
                     self.limiter.record(1);
                 }
@@ -469,7 +481,7 @@ impl<T: Record> SourceReader for FileReader<T> {
                     };
                     let origin = bad.origin.clone();
                     if let Some(dead_letter) = self.malformed.handle(bad)? {
-                        output.collect_from(dead_letter, || origin);
+                        output.collect_from(dead_letter, || TracedOrigin::from(&origin));
                         self.limiter.record(1);
                     }
                 }

@@ -12,6 +12,7 @@ pub mod file_source;
 pub mod generator;
 mod line_limit;
 pub mod malformed;
+pub mod origin;
 pub mod print;
 pub mod rate_limiter;
 pub mod sink;

@@ -1,11 +1,9 @@
 //! A batch of records with their event timestamps: the unit handed between chained operators
 //! and sent through channels.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
-use crate::connectors::malformed::RecordOrigin;
+use crate::connectors::origin::TracedOrigin;
 
 /// How a record without a timestamp is marked in a batch's timestamp column.
 const NO_TIMESTAMP: i64 = i64::MIN;
@@ -28,7 +26,7 @@ pub struct RecordBatch<T> {
     /// Where the records were read, in an attempt that traces record origins (after a
     /// failure of user code): one entry for each of the first records, those after it and
     /// `None`s having none. Empty otherwise, so that normal runs carry nothing.
-    origins: Vec<Option<Arc<RecordOrigin>>>,
+    origins: Vec<Option<TracedOrigin>>,
 }
 
 impl<T> Default for RecordBatch<T> {
@@ -127,7 +125,7 @@ impl<T> RecordBatch<T> {
         record: T,
         timestamp: Option<i64>,
         key_group: Option<u32>,
-        origin: Option<Arc<RecordOrigin>>,
+        origin: Option<TracedOrigin>,
     ) {
         if origin.is_some() || !self.origins.is_empty() {
             self.origins.resize(self.records.len(), None);
@@ -146,8 +144,8 @@ impl<T> RecordBatch<T> {
     }
 
     /// Where record `index` was read, if the batch says.
-    pub fn origin(&self, index: usize) -> Option<&RecordOrigin> {
-        self.origins.get(index).and_then(|o| o.as_deref())
+    pub fn origin(&self, index: usize) -> Option<TracedOrigin> {
+        self.origins.get(index).copied().flatten()
     }
 
     /// Takes the records out in order with their timestamps, key groups and origins (`None`
@@ -325,7 +323,7 @@ impl<T> RecordBatch<T> {
 
 /// A record taken out of a batch with its timestamp, key group and origin (see
 /// [`RecordBatch::drain_traced`]).
-pub type TracedRecord<T> = (T, Option<i64>, Option<u32>, Option<Arc<RecordOrigin>>);
+pub type TracedRecord<T> = (T, Option<i64>, Option<u32>, Option<TracedOrigin>);
 
 /// A batch taken chunk by chunk (see [`RecordBatch::into_chunks`]).
 pub struct BatchChunks<T> {
@@ -475,12 +473,9 @@ mod tests {
 
     #[test]
     fn origins_travel_with_their_records_through_splits_and_reversal() {
-        let at = |line| {
-            Some(Arc::new(RecordOrigin::File {
-                file: "f".into(),
-                line,
-            }))
-        };
+        let place = crate::connectors::origin::OriginPlace::file("f");
+        let at = |line| Some(place.at(line));
+        let name = |o: Option<TracedOrigin>| o.map(|o| o.to_origin().to_string());
         let mut batch = RecordBatch::default();
         batch.push(0, None);
         batch.push_traced(1, Some(10), None, at(2));
@@ -489,19 +484,13 @@ mod tests {
         assert!(batch.has_origins() && batch.check_shape().is_ok());
         assert_eq!((batch.origin(0), batch.origin(3)), (None, None));
         let mut tail = batch.split_off_last(2);
-        assert_eq!(
-            tail.origin(0).map(ToString::to_string).as_deref(),
-            Some("f:3")
-        );
+        assert_eq!(name(tail.origin(0)).as_deref(), Some("f:3"));
         tail.reverse();
-        assert_eq!(
-            tail.origin(1).map(ToString::to_string).as_deref(),
-            Some("f:3")
-        );
+        assert_eq!(name(tail.origin(1)).as_deref(), Some("f:3"));
         assert_eq!(tail.origin(0), None);
         let drained: Vec<_> = batch
             .drain_traced()
-            .map(|(r, t, g, o)| (r, t, g, o.map(|o| o.to_string())))
+            .map(|(r, t, g, o)| (r, t, g, name(o)))
             .collect();
         assert_eq!(
             drained,

@@ -6,7 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crate::connectors::malformed::RecordOrigin;
+use crate::connectors::origin::TracedOrigin;
 use crate::error::{panic_message, BoxError, TaskError};
 use crate::graph::ids::NodeId;
 use crate::time::Watermark;
@@ -57,7 +57,7 @@ pub trait Output<T>: Send {
         false
     }
     /// The records that follow were read at `origin`.
-    fn set_origin(&mut self, _origin: Option<Arc<RecordOrigin>>) {}
+    fn set_origin(&mut self, _origin: Option<TracedOrigin>) {}
 }
 
 /// What user functions emit into. Errors from downstream are kept and raised by the operator
@@ -97,16 +97,17 @@ impl<'a, T> Collector<'a, T> {
         }
     }
 
-    /// Emits one record that a source read at `origin` (a file and line, a topic, partition
-    /// and offset). `origin` is called only in the attempt after a failure of user code,
-    /// which traces where every record came from: a record that makes a function fail again
-    /// is then named in the error, and the restart strategy gives up naming it. The
-    /// records collected after this one, until the next `collect_from`, count as read there
-    /// too.
+    /// Emits one record that a source read at `origin` (a line of a file, an offset of a
+    /// Kafka partition: [`OriginPlace::at`](crate::connectors::origin::OriginPlace::at), or
+    /// any [`RecordOrigin`](crate::connectors::malformed::RecordOrigin) converted with
+    /// `(&origin).into()`). `origin` is called only in an attempt that traces record origins
+    /// (after a failure of user code, by default): a record that makes a function fail again
+    /// is then named in the error, and the restart strategy gives up naming it. The records
+    /// collected after this one, until the next `collect_from`, count as read there too.
     #[inline]
-    pub fn collect_from(&mut self, record: T, origin: impl FnOnce() -> RecordOrigin) {
+    pub fn collect_from(&mut self, record: T, origin: impl FnOnce() -> TracedOrigin) {
         if self.traces_origins {
-            self.output.set_origin(Some(Arc::new(origin())));
+            self.output.set_origin(Some(origin()));
         }
         self.collect(record);
     }
@@ -117,10 +118,10 @@ impl<'a, T> Collector<'a, T> {
         &mut self,
         record: T,
         timestamp: i64,
-        origin: impl FnOnce() -> RecordOrigin,
+        origin: impl FnOnce() -> TracedOrigin,
     ) {
         if self.traces_origins {
-            self.output.set_origin(Some(Arc::new(origin())));
+            self.output.set_origin(Some(origin()));
         }
         self.collect_with_timestamp(record, timestamp);
     }

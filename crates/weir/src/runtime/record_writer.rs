@@ -284,7 +284,7 @@ impl<T: Record> RecordWriter<T> {
         &mut self,
         record: T,
         timestamp: Option<i64>,
-        origin: Option<std::sync::Arc<crate::connectors::malformed::RecordOrigin>>,
+        origin: Option<crate::connectors::origin::TracedOrigin>,
     ) -> Result<(), TaskError> {
         let n = self.channels.len();
         let (channels, key_group) = match &mut self.selector {
@@ -315,7 +315,7 @@ impl<T: Record> RecordWriter<T> {
             };
             let Some(value) = value else { break };
             let buffer = &mut self.buffers[channel];
-            buffer.push_traced(value, timestamp, key_group, origin.clone());
+            buffer.push_traced(value, timestamp, key_group, origin);
             if buffer.len() >= self.batch_size {
                 self.send_batch(channel)?;
             }

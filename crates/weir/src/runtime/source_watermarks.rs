@@ -311,10 +311,7 @@ impl<T: Record> Output<T> for SourceOutput<'_, '_, T> {
         Output::traces_origins(&self.chain)
     }
 
-    fn set_origin(
-        &mut self,
-        origin: Option<std::sync::Arc<crate::connectors::malformed::RecordOrigin>>,
-    ) {
+    fn set_origin(&mut self, origin: Option<crate::connectors::origin::TracedOrigin>) {
         self.chain.set_origin(origin);
     }
 }

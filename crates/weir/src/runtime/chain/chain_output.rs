@@ -4,10 +4,9 @@
 
 use crate::metrics::Counter;
 use std::any::Any;
-use std::sync::Arc;
 
 use super::{ChainTail, ChainedNode, SideOutputs};
-use crate::connectors::malformed::RecordOrigin;
+use crate::connectors::origin::TracedOrigin;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
@@ -25,7 +24,7 @@ pub struct ChainOutput<'a, T> {
     timestamp: Option<i64>,
     /// Where the record being processed was read, in an attempt that traces origins: the
     /// records emitted meanwhile carry it too.
-    origin: Option<Arc<RecordOrigin>>,
+    origin: Option<TracedOrigin>,
     /// Whether a source writing here should say where each record was read.
     traces_origins: bool,
     successors: &'a [usize],
@@ -109,7 +108,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     /// The records emitted from now on were read at `origin` (or computed from a record
     /// that was).
     #[inline]
-    pub fn set_origin(&mut self, origin: Option<Arc<RecordOrigin>>) {
+    pub fn set_origin(&mut self, origin: Option<TracedOrigin>) {
         self.origin = origin;
     }
 
@@ -144,9 +143,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
         match (self.timestamp, &self.origin) {
             (None, None) => self.buffer.push_without_timestamp(record),
             (Some(t), None) => self.buffer.push_with_timestamp(record, t),
-            (timestamp, origin) => self
-                .buffer
-                .push_traced(record, timestamp, None, origin.clone()),
+            (timestamp, origin) => self.buffer.push_traced(record, timestamp, None, *origin),
         }
         if self.buffer.len() >= self.batch_size {
             return self.hand_over_full_batch();
@@ -161,7 +158,7 @@ impl<'a, T: Record> ChainOutput<'a, T> {
             None => self.buffer.push_with_timestamp(record, timestamp),
             origin => self
                 .buffer
-                .push_traced(record, Some(timestamp), None, origin.clone()),
+                .push_traced(record, Some(timestamp), None, *origin),
         }
         if self.buffer.len() >= self.batch_size {
             return self.hand_over_full_batch();
@@ -248,7 +245,7 @@ impl<T: Record> Output<T> for ChainOutput<'_, T> {
         self.traces_origins
     }
 
-    fn set_origin(&mut self, origin: Option<Arc<RecordOrigin>>) {
+    fn set_origin(&mut self, origin: Option<TracedOrigin>) {
         ChainOutput::set_origin(self, origin);
     }
 }

@@ -110,14 +110,14 @@ macro_rules! feed {
             // record was read there too, and a failure on it names it.
             for (record, timestamp, key_group, origin) in $batch.drain_traced() {
                 out.set_timestamp(timestamp);
-                out.set_origin(origin.clone());
+                out.set_origin(origin);
                 let processed = match key_group {
                     Some(group) => operator.$keyed(record, group, &mut out),
                     None => operator.$process(record, &mut out),
                 };
                 if let Err(error) = processed {
-                    return Err(match &origin {
-                        Some(origin) => error.at_record(origin),
+                    return Err(match origin {
+                        Some(origin) => error.at_record(&origin.to_origin()),
                         None => error,
                     });
                 }

@@ -200,6 +200,10 @@ impl JobMaster {
             Requester::Savepoint(reply) | Requester::Stop(_, reply) => {
                 let _ = reply.send(Err(error));
             }
+            // A run that fails already cannot take its final checkpoint: the failure's cause,
+            // not the checkpoint it prevents, is what the restart strategy and the user see.
+            Requester::Final
+                if matches!(self.phase, JobPhase::Failing { .. } | JobPhase::Cancelling) => {}
             Requester::Final => self.fail_run(WeirError::InvalidRequest(format!(
                 "cannot take the final checkpoint: {error}"
             ))),

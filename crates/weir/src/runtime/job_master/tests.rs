@@ -20,6 +20,8 @@ use crate::runtime::task_executors::{DeployedRun, RunRequest, TaskExecutors};
 struct Recorded {
     /// Each run's event line (to report as its tasks).
     runs: Vec<Sender<TaskEvent>>,
+    /// Whether each run was asked to trace record origins.
+    traced: Vec<bool>,
     /// Controls broadcast to the runs' tasks.
     controls: Vec<TaskControl>,
     /// Cancellations.
@@ -42,6 +44,7 @@ impl FakeExecutors {
 impl TaskExecutors for FakeExecutors {
     fn start_run(&mut self, request: RunRequest<'_>) -> Result<Box<dyn DeployedRun>, DeployError> {
         self.recorded().runs.push(request.events);
+        self.recorded().traced.push(request.trace_record_origins);
         let deployed = !self.recorded().deploys_later;
         Ok(Box::new(FakeRun(self.0.clone(), deployed)))
     }
@@ -484,4 +487,50 @@ fn a_restore_point_resolved_after_a_cancel_neither_restarts_nor_fails_the_job() 
         let outcome = h.master.outcome.take().expect("the job ended");
         assert_eq!(outcome.unwrap().status, JobStatus::Cancelled);
     }
+}
+
+/// The sources' end of input, then a task's panic before the final checkpoint starts: that
+/// checkpoint cannot be taken, but the attempt's error is the panic (which the restart strategy sees,
+/// and which makes the next run trace record origins), not the refused checkpoint.
+#[test]
+fn a_run_failing_when_its_input_ends_reports_the_failure_and_traces_the_next_run() {
+    let mut h = checkpointing_harness();
+    h.master.try_deploy();
+    h.settle();
+    let (sources, others): (Vec<SubtaskRef>, Vec<SubtaskRef>) = h
+        .tasks
+        .iter()
+        .copied()
+        .partition(|t| h.master.job.plan.job_graph.vertices[t.vertex.index()].is_source);
+    let run = h.executors.recorded().runs[0].clone();
+    // The input ends, the final checkpoint is asked for, and a task fails before it starts.
+    for task in &sources {
+        run.send(TaskEvent::EndOfInput { task: *task }).unwrap();
+    }
+    run.send(TaskEvent::Failed {
+        task: others[0],
+        error: TaskError::UserPanic {
+            message: "poison".into(),
+        },
+        metrics: Vec::new(),
+    })
+    .unwrap();
+    h.settle();
+    for task in sources.iter().chain(&others[1..]) {
+        run.send(cancelled(*task)).unwrap();
+    }
+    h.settle();
+    h.clock.advance(Duration::from_secs(11));
+    h.settle();
+    let first = h
+        .master
+        .exceptions
+        .front()
+        .map(|e| e.exception.clone())
+        .unwrap_or_default();
+    assert!(
+        first.contains("poison"),
+        "the attempt failed with {first:?}"
+    );
+    assert_eq!(h.executors.recorded().traced, [false, true]);
 }
