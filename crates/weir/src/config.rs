@@ -150,8 +150,9 @@ pub struct ExecutionConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordOriginTracing {
-    /// In the attempts that follow a failure user code may have caused (the default): the
-    /// first run costs nothing, and a record that fails again is named.
+    /// In the attempt that follows a failure user code may have caused, for twice as long as
+    /// the failed attempt lived (at least 10 s), long enough to read past where it failed
+    /// (the default): the first run costs nothing, and a record that fails again is named.
     #[default]
     AfterUserFailure,
     /// In every attempt, the first included (to find a failing record at once).

@@ -71,6 +71,8 @@ pub fn await_final_checkpoint(
                         _ => {}
                     }
                 }
+                // No records flow any more: nothing to trace.
+                Ok(TaskControl::StopTracingOrigins) => {}
                 Ok(TaskControl::Stop) | Err(_) => return Err(TaskError::Cancelled),
             },
             recv(env.cancel.receiver()) -> _ => return Err(TaskError::Cancelled),

@@ -301,6 +301,10 @@ impl<S: Source> SourceTask<S> {
                 self.chain.notify_checkpoint(notification)
             }
             TaskControl::Stop => Err(TaskError::Cancelled),
+            TaskControl::StopTracingOrigins => {
+                self.trace_origins = false;
+                Ok(())
+            }
         }
     }
 

@@ -244,6 +244,8 @@ impl<In: TaskInputs> StreamTask<In> {
                 self.chain.notify_checkpoint(notification)
             }
             TaskControl::Stop => Err(TaskError::Cancelled),
+            // Only sources trace; records read before still carry their origins.
+            TaskControl::StopTracingOrigins => Ok(()),
         }
     }
 

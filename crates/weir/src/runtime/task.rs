@@ -75,6 +75,9 @@ pub enum TaskControl {
     /// completion notice, at which tasks waiting at its barrier end by themselves; it only
     /// reaches a task that did not.
     Stop,
+    /// Sources stop saying where each record was read: the run traced record origins after
+    /// a failure of user code and has read past where the failed run failed.
+    StopTracingOrigins,
 }
 
 /// What an operator knows of the subtask it runs in.

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -68,7 +69,25 @@ pub(super) struct Attempt {
     pub(super) restored_from: Option<(u64, String)>,
     /// The first failed deployment of the run: what and of what kind.
     pub(super) deploy_failure: Option<(String, DeployFailureKind)>,
+    /// When the run was deployed (on the JobMaster's clock).
+    pub(super) started: Instant,
+    /// A run that traces record origins after a failure stops tracing at this time (see
+    /// [`tracing_window`]); `None`: it does not trace, or traces to its end.
+    pub(super) tracing_until: Option<Instant>,
 }
+
+/// How long a run after a failure of user code traces record origins, given how long the
+/// failed run lived: twice that, and at least [`MIN_TRACING`]. A record that fails
+/// deterministically is met again after about as much input as the failed run read since the
+/// same restore point; tracing is slower (bench/README.md) and restoring takes time, hence
+/// the margin. A record met after the window still fails the run, and the next run traces
+/// again.
+pub(super) fn tracing_window(failed_run_lived: Duration) -> Duration {
+    (failed_run_lived * 2).max(MIN_TRACING)
+}
+
+/// The shortest tracing window.
+pub(super) const MIN_TRACING: Duration = Duration::from_secs(10);
 
 impl Attempt {
     /// Cancels the tasks and the coordinators.
@@ -153,6 +172,12 @@ impl JobMaster {
             sources_at_end: BTreeSet::new(),
             restored_from: restore.map(|r| (r.checkpoint_id, r.location.clone())),
             deploy_failure: None,
+            started: self.clock.now(),
+            tracing_until: self
+                .trace_record_origins
+                .then_some(self.tracing_window)
+                .flatten()
+                .map(|window| self.clock.now() + window),
         };
         let mut readers = ReaderEndpoints::new();
         let mut runners = Vec::new();
@@ -217,6 +242,7 @@ impl JobMaster {
             return;
         };
         attempt.tear_down();
+        self.last_run_lived = self.clock.now().saturating_duration_since(attempt.started);
         let end = self.attempt_end(&mut attempt);
         self.metrics = std::mem::take(&mut attempt.metrics);
         self.after_attempt(end);
@@ -432,6 +458,22 @@ impl JobMaster {
             self.phase = JobPhase::Failing { error: None };
         }
         attempt.cancel_tasks();
+    }
+
+    /// Ends the current run's tracing of record origins once its window has passed.
+    pub(super) fn end_tracing_window(&mut self) {
+        let now = self.clock.now();
+        let Some(attempt) = self.attempt.as_mut() else {
+            return;
+        };
+        if attempt.tracing_until.is_some_and(|until| now >= until) {
+            attempt.tracing_until = None;
+            if let Some(run) = &attempt.run {
+                tracing::info!(job = %self.job.plan.stream_graph.job_name,
+                    "the run read past where the failed one failed; record origins no longer traced");
+                run.broadcast(TaskControl::StopTracingOrigins);
+            }
+        }
     }
 
     /// Sends `notification` to the current run's tasks and coordinators.

@@ -178,6 +178,11 @@ impl JobMaster {
                     RecordOriginTracing::AfterUserFailure => matches!(&error,
                         WeirError::JobFailed { failure, .. } if failure.cause.may_come_from_user_code()),
                 };
+                // Only until the next run has read past where this one failed (`Always`:
+                // to the end).
+                self.tracing_window = (self.job.config.record_origins
+                    == RecordOriginTracing::AfterUserFailure)
+                    .then(|| super::attempt::tracing_window(self.last_run_lived));
                 match restart {
                     Some(delay) => {
                         tracing::warn!(job = %self.job_name(), %error, ?delay,

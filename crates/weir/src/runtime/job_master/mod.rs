@@ -102,6 +102,10 @@ pub struct JobMaster {
     /// Whether the next attempt traces where every record was read: set after a failure
     /// that user code may have caused, so that a poison record failing again is named.
     trace_record_origins: bool,
+    /// How long the next run traces (`None`: to its end).
+    tracing_window: Option<Duration>,
+    /// How long the last run lived, from deployment to its end.
+    last_run_lived: Duration,
     commands: Receiver<JobCommand>,
     /// What resolving a restore point needs to know of the job.
     resolve: ResolveContext,
@@ -393,6 +397,8 @@ impl JobMaster {
             restart: RestartBackoff::new(config.effective_restart_strategy(), clock.unix_millis()),
             trace_record_origins: config.record_origins
                 == crate::config::RecordOriginTracing::Always,
+            tracing_window: None,
+            last_run_lived: Duration::ZERO,
             resolve: resolve_context(&job, &start.storage_description, start.explicit_restore),
             storage,
             fencing: start.fencing,
@@ -525,6 +531,7 @@ impl JobMaster {
     /// Looks at everything time decides: checkpoint triggers and timeouts, the restart
     /// back-off, the wait for slots, and whether the run's tasks have all ended.
     fn on_timers(&mut self) {
+        self.end_tracing_window();
         let now = self.clock.now();
         if now >= self.next_sample {
             self.next_sample = now + self.job.config.metrics_update_interval;

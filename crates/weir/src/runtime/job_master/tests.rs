@@ -534,3 +534,46 @@ fn a_run_failing_when_its_input_ends_reports_the_failure_and_traces_the_next_run
     );
     assert_eq!(h.executors.recorded().traced, [false, true]);
 }
+
+/// The run after a user-code failure traces record origins for twice as long as the failed
+/// run lived (at least ten seconds), then tells its tasks to stop.
+#[test]
+fn a_run_after_a_user_failure_traces_origins_for_twice_the_failed_runs_life() {
+    let mut h = harness(None);
+    h.master.try_deploy();
+    h.settle();
+    h.clock.advance(Duration::from_secs(30));
+    h.settle();
+    h.report_all(|task| TaskEvent::Failed {
+        task,
+        error: TaskError::UserPanic {
+            message: "poison".into(),
+        },
+        metrics: Vec::new(),
+    });
+    h.settle();
+    h.clock.advance(Duration::from_secs(11));
+    h.settle();
+    assert_eq!(h.executors.recorded().traced, [false, true]);
+    let stops = |h: &Harness| {
+        h.executors
+            .recorded()
+            .controls
+            .iter()
+            .filter(|c| **c == TaskControl::StopTracingOrigins)
+            .count()
+    };
+    h.clock.advance(Duration::from_secs(59));
+    h.settle();
+    assert_eq!(stops(&h), 0, "tracing stopped before the window ended");
+    h.clock.advance(Duration::from_secs(2));
+    h.settle();
+    assert_eq!(stops(&h), 1, "tracing did not stop after the window");
+    h.clock.advance(Duration::from_secs(120));
+    h.settle();
+    assert_eq!(stops(&h), 1, "told more than once");
+    assert_eq!(
+        super::attempt::tracing_window(Duration::from_secs(1)),
+        super::attempt::MIN_TRACING
+    );
+}
