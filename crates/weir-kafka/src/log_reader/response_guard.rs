@@ -3,10 +3,10 @@
 //! `reserve(record_count)` for a record batch, `IndexMap::with_capacity` for a record's
 //! headers), so one corrupt or hostile count of two billion aborts the process on an
 //! allocation of tens of gigabytes. [`check`] walks the layout of the responses the log
-//! reader asks for (ApiVersions v0, Metadata v1–8, Fetch v4–11, all non-flexible versions with
-//! plain `INT32` array lengths) and [`check_batch`] that of an uncompressed record batch, and
-//! each refuses a count larger than the bytes left could hold, so that what is allocated stays
-//! a small multiple of the bytes received.
+//! reader asks for (ApiVersions v0, Metadata v1–8, Fetch v4–11, SaslHandshake v1, all
+//! non-flexible versions with plain `INT32` array lengths) and [`check_batch`] that of an
+//! uncompressed record batch, and each refuses a count larger than the bytes left could hold,
+//! so that what is allocated stays a small multiple of the bytes received.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -91,7 +91,12 @@ pub(super) fn check(key: ApiKey, version: i16, body: &[u8]) -> Result<(), String
         ApiKey::ApiVersions => api_versions(&mut w, version),
         ApiKey::Metadata => metadata(&mut w, version),
         ApiKey::Fetch => fetch(&mut w, version),
-        // Any other response is not sent by the log reader; nothing to check.
+        ApiKey::SaslHandshake => {
+            w.int16("the error code")?;
+            w.array("the mechanisms", 2, |w| w.string("a mechanism"))
+        }
+        // SaslAuthenticate holds no arrays (its bytes are sliced, not reserved), and the
+        // reader sends no other request: nothing to check.
         _ => Ok(()),
     }
 }

@@ -197,13 +197,16 @@ impl<T: Send + 'static> KafkaSinkBuilder<T> {
             (_, p) => p.unwrap_or_default(),
         };
         let security = ConnectionSecurity::from_properties(&self.connection.properties)?;
-        if self.guarantee == DeliveryGuarantee::ExactlyOnce && security.protocol.uses_sasl() {
-            // Recovery reads the log over the Kafka protocol directly (see `log_reader`),
-            // which authenticates with no SASL mechanism yet.
-            return Err(KafkaError::Config(format!(
-                "the exactly-once Kafka sink recovers its transactions by reading the log directly, which does not authenticate with SASL yet: `security.protocol` = {:?} is refused for it (ssl is supported)",
-                security.protocol
-            )));
+        if self.guarantee == DeliveryGuarantee::ExactlyOnce {
+            // Recovery reads the log over the Kafka protocol directly (see `log_reader`): its
+            // TLS and SASL settings must be ones that reader can apply.
+            crate::log_reader::LogReader::for_connection(&self.connection, Duration::from_secs(1))
+                .map_err(|e| match e {
+                    KafkaError::Config(message) => KafkaError::Config(format!(
+                        "the exactly-once Kafka sink recovers its transactions by reading the log directly: {message}"
+                    )),
+                    other => other,
+                })?;
         }
         if self.guarantee == DeliveryGuarantee::ExactlyOnce
             && !security.log_reader_unsupported.is_empty()
@@ -350,28 +353,43 @@ mod tests {
         ))
         .contains("not host:port"));
         assert!(exactly_once().transactional_id_prefix("p").build().is_ok());
-        // TLS is fine for every guarantee; SASL only where recovery needs no log reader.
+        // TLS and SASL (PLAIN, SCRAM) are fine for every guarantee; the exactly-once sink
+        // refuses a mechanism its recovery's log reader cannot speak.
         assert!(exactly_once()
             .transactional_id_prefix("p")
             .property("security.protocol", "ssl")
             .build()
             .is_ok());
-        let sasl = |b: KafkaSinkBuilder<(String, String)>| {
+        let sasl = |b: KafkaSinkBuilder<(String, String)>, mechanism: &str| {
             b.property("security.protocol", "sasl_ssl")
-                .property("sasl.mechanism", "SCRAM-SHA-256")
+                .property("sasl.mechanism", mechanism)
                 .property("sasl.username", "alice")
                 .property("sasl.password", "hunter2")
         };
-        let refused = error(sasl(exactly_once().transactional_id_prefix("p")));
+        for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+            assert!(
+                sasl(exactly_once().transactional_id_prefix("p"), mechanism)
+                    .build()
+                    .is_ok(),
+                "{mechanism}"
+            );
+        }
+        let refused = error(sasl(
+            exactly_once().transactional_id_prefix("p"),
+            "OAUTHBEARER",
+        ));
         assert!(
-            refused.contains("does not authenticate with SASL yet") && !refused.contains("hunter2"),
+            refused.contains("recovers its transactions")
+                && refused.contains("OAUTHBEARER")
+                && !refused.contains("hunter2"),
             "{refused}"
         );
-        assert!(
-            sasl(builder().delivery_guarantee(DeliveryGuarantee::AtLeastOnce))
-                .build()
-                .is_ok()
-        );
+        assert!(sasl(
+            builder().delivery_guarantee(DeliveryGuarantee::AtLeastOnce),
+            "OAUTHBEARER"
+        )
+        .build()
+        .is_ok());
         assert!(error(builder().property("security.protocol", "tls")).contains("`tls`"));
         assert_eq!(
             "exactly-once".parse::<DeliveryGuarantee>().ok(),

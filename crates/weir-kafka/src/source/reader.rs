@@ -238,7 +238,12 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
                     drained = true;
                     break;
                 }
-                Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::SSL) => {
+                Some(Err(e))
+                    if matches!(
+                        e.rdkafka_error_code(),
+                        Some(RDKafkaErrorCode::SSL | RDKafkaErrorCode::Authentication)
+                    ) =>
+                {
                     return Err(self
                         .settings
                         .connection
