@@ -311,8 +311,8 @@ impl TaskError {
     }
 
     /// Says that this error happened on the record read at `origin` (inside the operator
-    /// that names it; once, the innermost origin wins). Consequences of other failures are
-    /// left as they are.
+    /// that names it; once, the innermost origin wins). Consequences of other failures, and
+    /// failures no user code can have caused, are left as they are.
     pub(crate) fn at_record(self, origin: &crate::connectors::malformed::RecordOrigin) -> Self {
         match self {
             TaskError::Operator { operator, cause } => TaskError::Operator {
@@ -320,7 +320,9 @@ impl TaskError {
                 cause: Box::new(cause.at_record(origin)),
             },
             error @ TaskError::AtRecord { .. } => error,
-            error if error.is_secondary() => error,
+            // Only what a record can cause is pinned on it: a state-backend or internal
+            // failure in a traced run is no poison record, and must not look like one.
+            error if error.is_secondary() || !error.may_come_from_user_code() => error,
             error => TaskError::AtRecord {
                 origin: origin.clone(),
                 cause: Box::new(error),
@@ -333,7 +335,8 @@ impl TaskError {
     /// traces the origin of every record, so that a record failing again is named.
     pub fn may_come_from_user_code(&self) -> bool {
         match self {
-            TaskError::UserPanic { .. } | TaskError::User(_) | TaskError::AtRecord { .. } => true,
+            TaskError::UserPanic { .. } | TaskError::User(_) => true,
+            TaskError::AtRecord { cause, .. } => cause.may_come_from_user_code(),
             TaskError::Remote { secondary, .. } => !*secondary,
             TaskError::Operator { cause, .. } => cause.may_come_from_user_code(),
             _ => false,
@@ -504,5 +507,31 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connectors::malformed::RecordOrigin;
+
+    #[test]
+    fn only_failures_a_record_can_cause_are_pinned_on_it() {
+        let origin = RecordOrigin::File {
+            file: "orders.csv".into(),
+            line: 7,
+        };
+        let user = TaskError::User("bad amount".into()).at_record(&origin);
+        assert_eq!(user.record_origin(), Some(&origin));
+        assert!(user.may_come_from_user_code());
+
+        // A failure of the runtime in a traced run is not a poison record, and does not make
+        // the next run trace again.
+        let internal = TaskError::Internal("snapshot channel closed".into()).at_record(&origin);
+        assert_eq!(internal.record_origin(), None);
+        assert!(!internal.may_come_from_user_code());
+        assert!(!TaskError::Cancelled
+            .at_record(&origin)
+            .may_come_from_user_code());
     }
 }
