@@ -165,13 +165,14 @@ pub fn committed_counts(
     committed_counts_over(&KafkaConnection::new(bootstrap), topic, partitions)
 }
 
-/// [`committed_counts`] over a connection secured as `connection`'s properties say.
+/// [`committed_counts`] over a connection secured as `connection`'s properties say, each
+/// request waiting up to its `request_timeout`.
 pub fn committed_counts_over(
     connection: &KafkaConnection,
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<(String, u64)>, KafkaError> {
-    let mut reader = LogReader::for_connection(connection, Duration::from_secs(10))?;
+    let mut reader = LogReader::for_connection(connection, connection.request_timeout)?;
     let mut out = Vec::new();
     for partition in 0..partitions {
         for record in reader.committed_records(topic, partition)? {

@@ -74,6 +74,9 @@ fn bootstrap(tls: bool) -> String {
 
 fn connection(tls: bool, mechanism: &str, password: &str) -> KafkaConnection {
     let mut connection = KafkaConnection::new(bootstrap(tls));
+    // The SQLite-backed broker can take more than the default 10 s to answer a fetch of a
+    // few thousand records while other tests load the machine.
+    connection.request_timeout = Duration::from_millis(OPERATION_TIMEOUT_MS);
     connection
         .properties
         .extend(sasl_properties(tls, mechanism, password));
