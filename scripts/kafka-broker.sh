@@ -9,12 +9,12 @@
 # port. Clients thus find only TLS endpoints in its metadata.
 #
 # Two more brokers require SASL authentication (SCRAM-SHA-256 and SCRAM-SHA-512), one over
-# plaintext and one behind stunnel's TLS. The wheel's tansu stores SCRAM credentials only in
-# storage engines it was built without, so this script builds tansu 0.6.0 from crates.io with
-# its SQLite (libsql) storage (about 10 minutes, once per target directory), with one patch
-# (scripts/tansu/end-txn.patch: the release routes no EndTxn requests, which transactions
-# need), creates the test user on a broker started without authentication, then restarts it
-# on the same database with `--authentication`.
+# plaintext and one behind stunnel's TLS. The wheel's tansu keeps no SCRAM credentials in its
+# memory storage, so this script builds tansu 0.6.0 from crates.io with that memory storage
+# and four patches (scripts/tansu/*.patch: EndTxn routed, SCRAM credentials read from the
+# environment, no re-authentication asked for, fetches from inside a batch), once per target
+# directory (about 15 minutes), and starts it with `--authentication` and the test user's
+# credentials.
 #
 #   scripts/kafka-broker.sh install   download and unpack it, build the SASL one (idempotent)
 #   scripts/kafka-broker.sh start     start it unless it runs; prints shell exports:
@@ -32,7 +32,7 @@ PID_FILE="$TOOLS/broker.pid"
 PORT_FILE="$TOOLS/broker.port"
 LOG_FILE="$TOOLS/broker.log"
 TLS_DIR="$TOOLS/tls"
-SASL_TOOLS="target/tools/tansu-sasl"
+SASL_TOOLS="target/tools/tansu-scram"
 SASL_BIN="$SASL_TOOLS/bin/tansu"
 SASL_USERNAME="weir-test"
 # A test-only secret: the brokers run on 127.0.0.1 for the tests and hold nothing else.
@@ -146,34 +146,55 @@ fetch_tansu_crate() {
     tar -xzf "$archive" -C "$SASL_TOOLS/src"
 }
 
+# What the SASL build is made of: a binary built from other patches is built again.
+sasl_build_stamp() {
+    cat scripts/tansu/*.patch | sha256sum | cut -d' ' -f1
+}
+
 install_sasl() {
-    if [ -x "$SASL_BIN" ]; then
+    if [ -x "$SASL_BIN" ] && [ "$(cat "$SASL_TOOLS/bin/stamp" 2>/dev/null)" = "$(sasl_build_stamp)" ]; then
         return
     fi
     install_tls
-    log "building tansu 0.6.0 with SQLite storage and EndTxn for the SASL brokers (once)"
+    log "building tansu 0.6.0 with memory storage, SCRAM credentials and EndTxn for the SASL brokers (once)"
     rm -rf "$SASL_TOOLS/src"
     mkdir -p "$SASL_TOOLS/src" "$SASL_TOOLS/bin"
     fetch_tansu_crate tansu 4fdd85473ec265140488cf8d55e82b844f5c051c8916fabdd4a71156ac053f6d
     fetch_tansu_crate tansu-broker 93c1e91b40c2a706dfdbe9a795c08c70918c874ad23f6e0e87564cc0a180e720
+    fetch_tansu_crate tansu-storage 720d2ed8e6010c70f7f06e5af5a7274ebbf6e42fdcd9e46de542b10dc4d2f35d
     # The 0.6.0 release never routes EndTxnRequest to its storage (its storage engines
     # implement it), so no transaction could end: scripts/tansu/end-txn.patch adds the route.
     patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/end-txn.patch >&2
-    # Both are kept out of Weir's workspace (target/ lies inside it) by a `[workspace]` each.
+    # It grants 60-second SASL sessions but refuses the re-authentication librdkafka then
+    # starts, so every client failed after about 54 s: no-reauthentication.patch grants
+    # sessions without expiry (Apache Kafka's default).
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/no-reauthentication.patch >&2
+    # Its memory storage (the one every other Kafka test uses, and the one that fences stale
+    # producers) keeps no SCRAM credentials: scripts/tansu/scram-credentials.patch makes it
+    # read them from TANSU_SCRAM_CREDENTIALS, which start_sasl_broker computes.
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-storage-0.6.0" <scripts/tansu/scram-credentials.patch >&2
+    # And its fetch skipped the batch holding the fetched offset, so a consumer resuming
+    # inside a batch (from a checkpoint's offset) lost the rest of it or waited forever:
+    # fetch-from-inside-a-batch.patch starts with that batch, as Kafka does.
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-storage-0.6.0" <scripts/tansu/fetch-from-inside-a-batch.patch >&2
+    # All three are kept out of Weir's workspace (target/ lies inside it) by a `[workspace]` each.
     printf '\n[workspace]\n' >>"$SASL_TOOLS/src/tansu-broker-0.6.0/Cargo.toml"
+    printf '\n[workspace]\n' >>"$SASL_TOOLS/src/tansu-storage-0.6.0/Cargo.toml"
     cat >>"$SASL_TOOLS/src/tansu-0.6.0/Cargo.toml" <<'TOML'
 
 [workspace]
 
 [patch.crates-io]
 tansu-broker = { path = "../tansu-broker-0.6.0" }
+tansu-storage = { path = "../tansu-storage-0.6.0" }
 TOML
-    # The crate's own Cargo.lock pins every other dependency (the patch re-points only
-    # tansu-broker, so `--locked` cannot be used).
+    # The crate's own Cargo.lock pins every other dependency (the patches re-point two crates,
+    # so `--locked` cannot be used).
     (cd "$SASL_TOOLS/src/tansu-0.6.0" &&
-        cargo build --release --quiet --no-default-features --features libsql \
+        cargo build --release --quiet --no-default-features --features dynostore \
             --target-dir ../../build) >&2
     cp "$SASL_TOOLS/build/release/tansu" "$SASL_BIN"
+    sasl_build_stamp >"$SASL_TOOLS/bin/stamp"
     rm -rf "$SASL_TOOLS/build" "$SASL_TOOLS/src"
     log "installed $("$SASL_BIN" --version) (SASL)"
 }
@@ -198,7 +219,28 @@ wait_listening() {
     return 1
 }
 
-# A broker requiring SASL in $SASL_TOOLS/$1 (plaintext or tls), its user made first.
+# The test user's SCRAM credentials for TANSU_SCRAM_CREDENTIALS (scram-credentials.patch):
+# what AlterUserScramCredentials would store (RFC 5802: SaltedPassword = PBKDF2(password,
+# salt, i), StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey = HMAC(SaltedPassword,
+# "Server Key")), for SCRAM-SHA-256 and SCRAM-SHA-512, with a fresh salt each start.
+scram_credentials() {
+    python3 - "$SASL_USERNAME" "$SASL_PASSWORD" <<'PY'
+import hashlib, hmac, os, sys
+user, password = sys.argv[1], sys.argv[2].encode()
+entries = []
+for mechanism, digest in (("SCRAM-SHA-256", "sha256"), ("SCRAM-SHA-512", "sha512")):
+    salt, iterations = os.urandom(16), 4096
+    salted = hashlib.pbkdf2_hmac(digest, password, salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = hashlib.new(digest, client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", digest).digest()
+    entries.append(",".join([user, mechanism, str(iterations), salt.hex(), stored_key.hex(), server_key.hex()]))
+print(";".join(entries))
+PY
+}
+
+# A broker requiring SASL in $SASL_TOOLS/$1 (plaintext or tls): memory storage, the test
+# user's credentials in its environment.
 start_sasl_broker() {
     local name="$1" dir="$SASL_TOOLS/$1"
     if pid_running "$dir/broker.pid" && listening "$(cat "$dir/port")" &&
@@ -207,50 +249,15 @@ start_sasl_broker() {
     fi
     stop_sasl_broker "$name"
     mkdir -p "$dir"
-    rm -f "$dir"/broker.db*
-    local inner outer storage
+    local inner outer credentials
     inner=$(free_port)
     outer=$inner
     [ "$name" = tls ] && outer=$(free_port)
-    # tansu takes the path after `sqlite://` relative to its working directory.
-    storage="sqlite://$dir/broker.db"
-    # The user is made on a broker without authentication (AlterUserScramCredentials would
-    # need a login first), then the broker restarts on the same database requiring one.
-    nohup "$SASL_BIN" broker --listener-url "tcp://127.0.0.1:$inner" \
-        --advertised-listener-url "tcp://127.0.0.1:$inner" \
-        --storage-engine "$storage" >"$dir/setup.log" 2>&1 &
-    echo $! >"$dir/broker.pid"
-    if ! wait_listening "$inner"; then
-        log "error: the SASL broker's set-up run did not start; its log:"
-        cat "$dir/setup.log" >&2
-        exit 1
-    fi
-    for mechanism in scram256 scram512; do
-        "$SASL_BIN" user create --broker "tcp://127.0.0.1:$inner" --mechanism "$mechanism" \
-            "$SASL_USERNAME" "$SASL_PASSWORD" >>"$dir/setup.log" 2>&1 || {
-            log "error: could not create the SASL test user; log:"
-            cat "$dir/setup.log" >&2
-            exit 1
-        }
-    done
-    kill "$(cat "$dir/broker.pid")"
-    for _ in $(seq 1 100); do
-        pid_running "$dir/broker.pid" || break
-        sleep 0.1
-    done
-    # A set-up broker still holding the port would answer in place of the one requiring
-    # a login: the tests would then pass without authenticating.
-    if pid_running "$dir/broker.pid"; then
-        kill -9 "$(cat "$dir/broker.pid")" 2>/dev/null || true
-        sleep 0.5
-        if pid_running "$dir/broker.pid"; then
-            log "error: the SASL broker's set-up run (pid $(cat "$dir/broker.pid")) does not stop"
-            exit 1
-        fi
-    fi
-    nohup "$SASL_BIN" broker --listener-url "tcp://127.0.0.1:$inner" \
+    credentials=$(scram_credentials)
+    TANSU_SCRAM_CREDENTIALS="$credentials" nohup "$SASL_BIN" broker \
+        --listener-url "tcp://127.0.0.1:$inner" \
         --advertised-listener-url "tcp://127.0.0.1:$outer" \
-        --storage-engine "$storage" --authentication >"$dir/broker.log" 2>&1 &
+        --storage-engine "memory://tansu/" --authentication >"$dir/broker.log" 2>&1 &
     echo $! >"$dir/broker.pid"
     if [ "$name" = tls ]; then
         cat >"$dir/stunnel.conf" <<CONF

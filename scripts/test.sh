@@ -53,7 +53,7 @@ export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-$(dirname "$rocksdb_lib")}"
 export ROCKSDB_INCLUDE_DIR="${ROCKSDB_INCLUDE_DIR:-/usr/include}"
 log "Kafka-protocol brokers for the Kafka tests (tansu: plaintext, TLS, SASL; 127.0.0.1 only)"
 # Installed first, outside `eval "$(…)"`, so that a failed download or build stops the run
-# here with its own error (the SASL brokers' tansu is built once, about 10 minutes).
+# here with its own error (the SASL brokers' tansu is built once, about 15 minutes).
 scripts/kafka-broker.sh install
 eval "$(scripts/kafka-broker.sh start)"
 log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
