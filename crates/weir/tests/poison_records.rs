@@ -217,3 +217,72 @@ fn a_traced_attempt_computes_the_same_results() {
     }
     assert_eq!(finals, expected);
 }
+
+#[test]
+fn a_key_selector_failing_on_a_poison_record_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Row 700 of the second file: line 702. The key selector runs where the source chain
+    // hands records to the shuffle, outside any operator.
+    orders(dir.path(), 1_000, Some((1, 700)));
+    let env = env_with_restarts(1);
+    source(&env, dir.path())
+        .key_by(|o: &Order| {
+            if o.customer == "poison" {
+                panic!("cannot bill customer {}", o.customer);
+            }
+            o.customer.clone()
+        })
+        .reduce(|a, b| Order {
+            customer: a.customer,
+            amount: a.amount + b.amount,
+        })
+        .print();
+    let error = env.execute("poisoned key").unwrap_err();
+    expect_origin(&error, dir.path(), "orders-1.csv", 702);
+}
+
+/// Sends the customer `poison`, and every tenth amount, to a side output for review.
+#[derive(Clone)]
+struct Review {
+    tag: OutputTag<Order>,
+}
+
+impl ProcessFunction<Order, Order> for Review {
+    fn process_element(
+        &mut self,
+        order: Order,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, Order>,
+    ) -> Result<(), BoxError> {
+        if order.customer == "poison" || order.amount.is_multiple_of(10) {
+            ctx.output(&self.tag, order)?;
+        } else {
+            out.collect(order);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_side_output_consumer_failing_on_a_poison_record_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 3_000, Some((0, 2_345)));
+    let env = env_with_restarts(1);
+    let tag = OutputTag::<Order>::new("review");
+    let reviewed = source(&env, dir.path()).process(Review { tag: tag.clone() });
+    // Chained to the process function: its side records reach it when the main output's
+    // batch is handed over, while another record (or none) is being processed.
+    reviewed
+        .side_output(&tag)
+        .map(|o: Order| {
+            if o.customer == "poison" {
+                panic!("cannot bill customer {}", o.customer);
+            }
+            o
+        })
+        .name("billing")
+        .print();
+    let _rest = reviewed.collect();
+    let error = env.execute("poisoned side output").unwrap_err();
+    expect_origin(&error, dir.path(), "orders-0.csv", 2_347);
+}

@@ -299,7 +299,20 @@ impl<T: Record> RecordWriter<T> {
                 key_group_of,
                 assigner,
             } => {
-                let group = key_group_of.key_group(&record, assigner)?;
+                // The key selector is user code: one that panics on a poison record must
+                // name that record, as a failing operator does.
+                let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    key_group_of.key_group(&record, assigner)
+                }))
+                .map_err(|payload| {
+                    let error = TaskError::UserPanic {
+                        message: crate::error::panic_message(payload.as_ref()),
+                    };
+                    match origin {
+                        Some(origin) => error.at_record(&origin.to_origin()),
+                        None => error,
+                    }
+                })??;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group)
                         as usize;

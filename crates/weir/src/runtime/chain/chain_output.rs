@@ -110,6 +110,9 @@ impl<'a, T: Record> ChainOutput<'a, T> {
     #[inline]
     pub fn set_origin(&mut self, origin: Option<TracedOrigin>) {
         self.origin = origin;
+        if let Some(side) = &mut self.side {
+            side.set_origin(origin);
+        }
     }
 
     /// The same output, with side outputs.

@@ -6,6 +6,7 @@ use std::any::{Any, TypeId};
 use std::sync::Arc;
 
 use super::{forward_batch, ChainTail};
+use crate::connectors::origin::TracedOrigin;
 use crate::error::TaskError;
 use crate::record::Record;
 use crate::runtime::batch::RecordBatch;
@@ -64,12 +65,25 @@ impl SideOutputSlot {
 #[derive(Default)]
 pub struct SideOutputs {
     slots: Vec<SideOutputSlot>,
+    /// Where the record being processed was read, in an attempt that traces origins: side
+    /// records emitted for it carry it, so that a consumer failing on one names that record,
+    /// not whichever record was being processed when the side batch was handed over.
+    origin: Option<TracedOrigin>,
 }
 
 impl SideOutputs {
     /// Side outputs with these slots.
     pub fn new(slots: Vec<SideOutputSlot>) -> Self {
-        Self { slots }
+        Self {
+            slots,
+            origin: None,
+        }
+    }
+
+    /// The records emitted from now on were computed from the record read at `origin`.
+    #[inline]
+    pub(crate) fn set_origin(&mut self, origin: Option<TracedOrigin>) {
+        self.origin = origin;
     }
 
     /// Whether there is none.
@@ -96,7 +110,10 @@ impl SideOutputs {
                     std::any::type_name::<T>()
                 ))
             })?;
-        batch.push(value, timestamp);
+        match self.origin {
+            None => batch.push(value, timestamp),
+            origin => batch.push_traced(value, timestamp, None, origin),
+        }
         Ok(())
     }
 
