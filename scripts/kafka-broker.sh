@@ -193,7 +193,11 @@ TOML
     (cd "$SASL_TOOLS/src/tansu-0.6.0" &&
         cargo build --release --quiet --no-default-features --features dynostore \
             --target-dir ../../build) >&2
-    cp "$SASL_TOOLS/build/release/tansu" "$SASL_BIN"
+    # Brokers still running the old build would stay in use (and hold its file): stop them,
+    # then move the new binary into place.
+    stop_sasl
+    cp "$SASL_TOOLS/build/release/tansu" "$SASL_BIN.new"
+    mv -f "$SASL_BIN.new" "$SASL_BIN"
     sasl_build_stamp >"$SASL_TOOLS/bin/stamp"
     rm -rf "$SASL_TOOLS/build" "$SASL_TOOLS/src"
     log "installed $("$SASL_BIN" --version) (SASL)"

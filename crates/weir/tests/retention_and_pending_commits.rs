@@ -5,8 +5,8 @@
 //! notice arrives after the barrier of m+1, or is lost in a crash). The two-phase-commit sink
 //! therefore carries every transaction not yet committed into each later snapshot. This test
 //! brings that moment about on purpose and fails the job right there: one sink subtask is
-//! slow to pre-commit a checkpoint, so the other pre-commits the next one before it hears
-//! that the first completed; when it is told, the job waits until retention has deleted the
+//! held back at a checkpoint until the other has pre-committed the next one, so that one
+//! hears late that the first completed; when it is told, the job waits until retention has deleted the
 //! first checkpoint's directory and then fails the commit. The restored job must commit the
 //! transaction from the later checkpoint: every record is visible exactly once.
 
@@ -106,10 +106,14 @@ impl TwoPhaseCommitSink<u64> for Db {
         if let Some(newest) = self.scene.newest_pre_commit.get(txn.subtask as usize) {
             newest.fetch_max(checkpoint, Ordering::SeqCst);
         }
-        // Subtask 1 is slow at its third checkpoint: checkpoint m stays in progress while
-        // subtask 0 goes on to pre-commit m+1 (up to two checkpoints are in flight).
+        // Subtask 1 holds its third checkpoint m back until subtask 0 has pre-committed m+1
+        // (up to two checkpoints are in flight), however loaded the machine: m then
+        // completes after subtask 0 passed the barrier of m+1.
         if txn.subtask == 1 && checkpoint >= 3 && !self.scene.slowed.swap(true, Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(400));
+            let newest = &self.scene.newest_pre_commit[0];
+            wait_until(Duration::from_secs(10), || {
+                newest.load(Ordering::SeqCst) > checkpoint
+            });
         }
         Ok(())
     }
