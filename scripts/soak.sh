@@ -2,12 +2,15 @@
 # The long kill campaign: N seeded rounds (default 1000) over the exactly-once pipelines —
 # the census job with the two-phase-commit and the write-ahead-log file sinks (and with
 # malformed rows routed to an exactly-once dead-letter sink), Kafka → count
-# → Kafka, and Kafka-style word counts into PostgreSQL (append and upsert). Each round runs
+# → Kafka, and Kafka-style word counts into PostgreSQL (append and upsert), each in one
+# process and in cluster mode (a JobManager and three TaskManager processes). Each round runs
 # one pipeline's SIGKILL test (examples/tests/process_kill.rs, crates/weir-kafka/tests/
-# process_kill.rs, crates/weir-postgres/tests/process_kill.rs) with its own seed: the job is
-# killed at random moments, at its sink's commit point (weighted up here:
-# WEIR_COMMIT_KILL_WEIGHT, default 4 in 6 of the census kills after the first) and while it
-# restores, resumed each time, and its committed output checked against the oracle.
+# process_kill.rs, crates/weir-postgres/tests/process_kill.rs, and the tests/cluster.rs of
+# the same three packages) with its own seed: the job (or a TaskManager) is killed at random
+# moments, at its sink's commit point (weighted up here: WEIR_COMMIT_KILL_WEIGHT, default 4
+# in 6 of the census kills after the first; in cluster mode a TaskManager always kills
+# itself right before its first commit) and while it restores, resumed (or replaced) each
+# time, and its committed output checked against the oracle.
 #
 #   scripts/soak.sh [--rounds N] [--first-seed S] [--commit-weight W]
 #
@@ -59,6 +62,9 @@ pipelines=(
     "weir-kafka process_kill exactly_once_output_survives_sigkill_at_any_moment"
     "weir-postgres process_kill exactly_once_rows_survive_sigkill_at_any_moment"
     "weir-postgres process_kill exactly_once_upserts_survive_sigkill_at_any_moment"
+    "weir-examples cluster taskmanager_kills_with_replacements_are_exactly_once"
+    "weir-kafka cluster taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing"
+    "weir-postgres cluster exactly_once_table_survives_taskmanager_kills"
 )
 
 log "building the test binaries"

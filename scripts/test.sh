@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs and starts
-# what the tests need (headless Chromium for the dashboard's test, RocksDB for the disk state
-# backend; a Kafka-protocol broker,
-# PostgreSQL servers and an S3-compatible server on 127.0.0.1, stopped again at the end), then formatting, lints, every test, and smoke runs of the main example and
-# of the Weir-vs-Flink benchmark (which installs Apache Flink, about 850 MB from PyPI, into its
-# own virtual environment, and Java 17 with apt if missing).
+# Runs Weir's whole test suite on a fresh machine: checks the toolchain, installs what the
+# tests need (headless Chromium for the dashboard's test, RocksDB for the disk state backend;
+# Kafka-protocol brokers, PostgreSQL servers and an S3-compatible server, started on
+# 127.0.0.1 before the tests and stopped again at the end), then formatting, lints, smoke runs
+# of the main example and of the benchmarks (the Weir-vs-Flink one installs Apache Flink,
+# about 850 MB from PyPI, into its own virtual environment, and Java 17 with apt if missing),
+# every test, and a short kill campaign.
 # Safe to run again: every step is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,18 +52,28 @@ fi
 rocksdb_lib=$(dpkg -L librocksdb-dev | grep '/librocksdb\.so$' | head -n 1)
 export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-$(dirname "$rocksdb_lib")}"
 export ROCKSDB_INCLUDE_DIR="${ROCKSDB_INCLUDE_DIR:-/usr/include}"
-log "Kafka-protocol brokers for the Kafka tests (tansu: plaintext, TLS, SASL; 127.0.0.1 only)"
-# Installed first, outside `eval "$(…)"`, so that a failed download or build stops the run
-# here with its own error (the SASL brokers' tansu is built once, about 15 minutes).
-scripts/kafka-broker.sh install
-eval "$(scripts/kafka-broker.sh start)"
-log "PostgreSQL servers for the PostgreSQL tests (127.0.0.1 only)"
-eval "$(scripts/postgres.sh start)"
-log "S3-compatible server for the object-storage checkpoint tests (s3s-fs, 127.0.0.1 only)"
-eval "$(scripts/s3-server.sh start)"
+log "installing the test services: Kafka-protocol brokers (tansu: plaintext, TLS, SASL), PostgreSQL, an S3-compatible server (s3s-fs)"
+# Installed outside `eval "$(…)"`, so that a failed download or build stops the run with its
+# own error.
+scripts/kafka-broker.sh install-plain
+scripts/postgres.sh install
+scripts/s3-server.sh install
+# The SASL brokers' tansu is built from source once (about 13 minutes, most of it on both
+# cores but the last few on one): in the background, beside the lints and smoke runs, which
+# need no service. Its own process group, so that a failed or interrupted run stops it.
+mkdir -p target/tools
+sasl_build_log=target/tools/sasl-broker-build.log
+setsid scripts/kafka-broker.sh install-sasl >"$sasl_build_log" 2>&1 &
+sasl_build_pid=$!
 # shellcheck source=lib/stop-services.sh
 . scripts/lib/stop-services.sh
-trap stop_started_services EXIT
+on_exit() {
+    if kill -0 "$sasl_build_pid" 2>/dev/null; then
+        kill -- "-$sasl_build_pid" 2>/dev/null || true
+    fi
+    stop_started_services
+}
+trap on_exit EXIT
 log "format check"
 cargo fmt --all -- --check
 log "clippy (warnings are errors)"
@@ -85,6 +96,19 @@ cargo run --locked -q -p weir-bench --bin weir-backpressure-bench -- \
     --dir target/backpressure-bench-smoke
 log "deployment files: Kubernetes manifests (kubernetes-validate) and the Dockerfile (hadolint)"
 scripts/validate-manifests.sh
+log "waiting for the SASL brokers' build (log: $sasl_build_log)"
+if ! wait "$sasl_build_pid"; then
+    cat "$sasl_build_log" >&2
+    echo "error: building the SASL brokers' tansu failed (log above: $sasl_build_log)" >&2
+    exit 1
+fi
+cat "$sasl_build_log"
+log "starting the Kafka-protocol brokers (127.0.0.1 only)"
+eval "$(scripts/kafka-broker.sh start)"
+log "starting the PostgreSQL servers (127.0.0.1 only)"
+eval "$(scripts/postgres.sh start)"
+log "starting the S3-compatible server for the object-storage checkpoint tests (127.0.0.1 only)"
+eval "$(scripts/s3-server.sh start)"
 log "documentation tests"
 cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"

@@ -6,11 +6,11 @@
 //! Seeds: `WEIR_SEED=s` replays one, `WEIR_SEEDS=n` runs n.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use weir_examples::census;
 use weir_testkit::local_cluster::LocalCluster;
-use weir_testkit::{latest_checkpoint, seeds, Rng};
+use weir_testkit::{latest_checkpoint, report_kill, seeds, Rng};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/census")
@@ -144,27 +144,50 @@ fn taskmanager_kills_with_replacements_are_exactly_once() {
         let mut rng = Rng(seed * 104_729);
         let work = tempfile::tempdir().unwrap();
         let mut cluster = census_cluster(work.path(), "4000");
+        let since = SystemTime::now();
         cluster.start(3, 1);
         let kills = 2 + rng.below(2);
         println!("seed {seed}: {kills} TaskManager kills (replay with WEIR_SEED={seed})");
         let mut checkpoint = 0;
         for k in 0..kills {
-            checkpoint = await_checkpoint(work.path(), checkpoint, Duration::from_secs(30));
-            // Right after a completion (its commit pauses 30 ms) or a little later.
-            let delay = if rng.below(2) == 0 {
-                rng.below(20)
+            // One kill in three after the first lands while the job fails over to the
+            // replacement and restores; the others after the next checkpoint, right after
+            // its completion (its commit pauses 30 ms) or a little later.
+            let (window, delay) = if k > 0 && rng.below(3) == 0 {
+                ("during-restore", rng.below(300))
             } else {
-                50 + rng.below(400)
+                checkpoint = await_checkpoint(work.path(), checkpoint, Duration::from_secs(30));
+                if rng.below(2) == 0 {
+                    ("between-completion-and-commit", rng.below(20))
+                } else {
+                    ("mid-run", 50 + rng.below(400))
+                }
             };
             std::thread::sleep(Duration::from_millis(delay));
             if cluster.jobmanager_exited() {
                 println!("  the job ended before kill {k}");
+                report_kill(
+                    &checkpoints(work.path()),
+                    census::JOB_NAME,
+                    window,
+                    false,
+                    since,
+                );
                 break;
             }
             let ids = cluster.taskmanager_ids();
             let victim = ids[rng.below(ids.len() as u64) as usize].clone();
-            println!("  kill {k}: SIGKILL {victim} {delay} ms after checkpoint {checkpoint}");
-            cluster.kill_taskmanager(&victim);
+            println!(
+                "  kill {k} ({window}): SIGKILL {victim} {delay} ms after checkpoint {checkpoint}"
+            );
+            let killed = cluster.kill_taskmanager(&victim);
+            report_kill(
+                &checkpoints(work.path()),
+                census::JOB_NAME,
+                window,
+                killed,
+                since,
+            );
             cluster.start_taskmanager(&format!("tm-r{k}"), 1);
         }
         let verification = finish_and_verify(&mut cluster, work.path(), &format!("seed {seed}"));

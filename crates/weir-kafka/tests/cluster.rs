@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use weir_kafka::client_config::KafkaConnection;
 use weir_kafka::word_count;
 use weir_testkit::local_cluster::LocalCluster;
-use weir_testkit::{seeds, Rng};
+use weir_testkit::{report_kill, seeds, Rng};
 
 const PARTITIONS: i32 = 3;
 const RECORDS: u64 = 30_000;
@@ -109,6 +109,7 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         let mut rng = Rng(seed * 31_337);
         let setup = setup();
         let mut cluster = cluster(&setup, "8000");
+        let since = SystemTime::now();
         cluster.start_jobmanager();
         // tm-1 kills itself right before its first transaction commit, after the
         // checkpoint completed: the hard case of two-phase commit.
@@ -117,6 +118,13 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         cluster.start_taskmanager("tm-3", 1);
         let checkpoints = setup.work.path().join("job/checkpoints");
         cluster.expect_self_kill("tm-1", "killing myself before committing");
+        report_kill(
+            &checkpoints,
+            word_count::JOB_NAME,
+            "between-completion-and-commit",
+            true,
+            since,
+        );
         cluster.start_taskmanager("tm-4", 1);
         // Then a random SIGKILL once the job committed again.
         if let Some(victim) = cluster.kill_random_after_next_checkpoint(

@@ -8,11 +8,11 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use weir_postgres::word_count;
 use weir_testkit::local_cluster::LocalCluster;
-use weir_testkit::{seeds, Rng};
+use weir_testkit::{report_kill, seeds, Rng};
 
 const RECORDS: u64 = 20_000;
 const WORDS: u64 = 200;
@@ -53,13 +53,21 @@ fn exactly_once_table_survives_taskmanager_kills() {
             &args,
             &work.path().join("logs"),
         );
+        let checkpoints = work_dir.join("checkpoints");
+        let since = SystemTime::now();
         cluster.start_jobmanager();
         cluster.start_taskmanager_with("tm-1", 1, &["--kill-before-commit"]);
         cluster.start_taskmanager("tm-2", 1);
         cluster.start_taskmanager("tm-3", 1);
         cluster.expect_self_kill("tm-1", "killing myself before COMMIT PREPARED");
+        report_kill(
+            &checkpoints,
+            word_count::JOB_NAME,
+            "between-completion-and-commit",
+            true,
+            since,
+        );
         cluster.start_taskmanager("tm-4", 1);
-        let checkpoints = work_dir.join("checkpoints");
         if let Some(victim) = cluster.kill_random_after_next_checkpoint(
             &checkpoints,
             word_count::JOB_NAME,

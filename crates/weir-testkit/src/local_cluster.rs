@@ -155,11 +155,15 @@ impl LocalCluster {
         }
     }
 
-    /// SIGKILLs TaskManager `id`.
-    pub fn kill_taskmanager(&mut self, id: &str) {
-        if let Some(mut child) = self.taskmanagers.remove(id) {
-            let _ = child.kill();
-            let _ = child.wait();
+    /// SIGKILLs TaskManager `id`; whether it was still running (and so was killed).
+    pub fn kill_taskmanager(&mut self, id: &str) -> bool {
+        match self.taskmanagers.remove(id) {
+            Some(mut child) => {
+                let killed = matches!(child.try_wait(), Ok(None)) && child.kill().is_ok();
+                let _ = child.wait();
+                killed
+            }
+            None => false,
         }
     }
 
@@ -238,7 +242,8 @@ impl LocalCluster {
     /// Once a checkpoint of `job` newer than the latest now in `checkpoints` completes (or
     /// the job ends, or a minute passes), waits up to 300 ms (seeded by `rng`), SIGKILLs a
     /// TaskManager chosen by `rng` and starts `replacement` with `slots` slots. Returns the
-    /// victim, if the job was still running.
+    /// victim, if the job was still running; the kill is reported for the soak campaign
+    /// ([`crate::report_kill`], window `mid-run`).
     pub fn kill_random_after_next_checkpoint(
         &mut self,
         checkpoints: &Path,
@@ -247,6 +252,7 @@ impl LocalCluster {
         replacement: &str,
         slots: u32,
     ) -> Option<String> {
+        let since = std::time::SystemTime::now();
         let reached = crate::latest_checkpoint(checkpoints, job);
         let deadline = Instant::now() + Duration::from_secs(60);
         while crate::latest_checkpoint(checkpoints, job) <= reached
@@ -258,10 +264,12 @@ impl LocalCluster {
         std::thread::sleep(Duration::from_millis(rng.below(300)));
         let ids = self.taskmanager_ids();
         if self.jobmanager_exited() || ids.is_empty() {
+            crate::report_kill(checkpoints, job, "mid-run", false, since);
             return None;
         }
         let victim = ids[rng.below(ids.len() as u64) as usize].clone();
-        self.kill_taskmanager(&victim);
+        let killed = self.kill_taskmanager(&victim);
+        crate::report_kill(checkpoints, job, "mid-run", killed, since);
         self.start_taskmanager(replacement, slots);
         Some(victim)
     }
