@@ -8,11 +8,11 @@
 # 127.0.0.1 and localhost signed by a test CA made here, and the broker advertises stunnel's
 # port. Clients thus find only TLS endpoints in its metadata.
 #
-# Two more brokers require SASL authentication (SCRAM-SHA-256 and SCRAM-SHA-512), one over
+# Two more brokers require SASL authentication (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), one over
 # plaintext and one behind stunnel's TLS. The wheel's tansu keeps no SCRAM credentials in its
 # memory storage, so this script builds tansu 0.6.0's broker from crates.io with that memory
-# storage and four patches (scripts/tansu/*.patch: EndTxn routed, SCRAM credentials read from
-# the environment, no re-authentication asked for, fetches from inside a batch) into a
+# storage and five patches (scripts/tansu/*.patch: EndTxn routed, SCRAM and PLAIN credentials
+# read from the environment, no re-authentication asked for, fetches from inside a batch) into a
 # binary of the broker alone (scripts/tansu/broker), once per target directory (about 13
 # minutes), and starts it with `--authentication` and the test user's credentials.
 #
@@ -151,6 +151,7 @@ fetch_tansu_crate() {
 
 TANSU_BROKER_SHA256=93c1e91b40c2a706dfdbe9a795c08c70918c874ad23f6e0e87564cc0a180e720
 TANSU_STORAGE_SHA256=720d2ed8e6010c70f7f06e5af5a7274ebbf6e42fdcd9e46de542b10dc4d2f35d
+TANSU_AUTH_SHA256=6b4f1474de47fc4ef5bd6486f11955ba4c22b697ec330e35007c3a4090d4f34a
 SASL_BUILD="cargo build --release --locked --quiet --target-dir ../../build"
 
 # What the SASL build is made of (the patched crates' checksums, our patches, the broker
@@ -158,7 +159,7 @@ SASL_BUILD="cargo build --release --locked --quiet --target-dir ../../build"
 # again.
 sasl_build_stamp() {
     {
-        echo "$TANSU_BROKER_SHA256 $TANSU_STORAGE_SHA256 $SASL_BUILD"
+        echo "$TANSU_BROKER_SHA256 $TANSU_STORAGE_SHA256 $TANSU_AUTH_SHA256 $SASL_BUILD"
         cat scripts/tansu/*.patch scripts/tansu/broker/Cargo.toml scripts/tansu/broker/Cargo.lock \
             scripts/tansu/broker/src/*.rs
     } | sha256sum | cut -d' ' -f1
@@ -169,11 +170,12 @@ install_sasl() {
         return
     fi
     install_tls
-    log "building tansu 0.6.0's broker with memory storage, SCRAM credentials and EndTxn for the SASL brokers (once, about 13 minutes)"
+    log "building tansu 0.6.0's broker with memory storage, SCRAM and PLAIN credentials and EndTxn for the SASL brokers (once, about 13 minutes)"
     rm -rf "$SASL_TOOLS/src"
     mkdir -p "$SASL_TOOLS/src" "$SASL_TOOLS/bin"
     fetch_tansu_crate tansu-broker "$TANSU_BROKER_SHA256"
     fetch_tansu_crate tansu-storage "$TANSU_STORAGE_SHA256"
+    fetch_tansu_crate tansu-auth "$TANSU_AUTH_SHA256"
     # The 0.6.0 release never routes EndTxnRequest to its storage (its storage engines
     # implement it), so no transaction could end: scripts/tansu/end-txn.patch adds the route.
     patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/end-txn.patch >&2
@@ -189,9 +191,14 @@ install_sasl() {
     # inside a batch (from a checkpoint's offset) lost the rest of it or waited forever:
     # fetch-from-inside-a-batch.patch starts with that batch, as Kafka does.
     patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-storage-0.6.0" <scripts/tansu/fetch-from-inside-a-batch.patch >&2
-    # Both are kept out of Weir's workspace (target/ lies inside it) by a `[workspace]` each.
-    printf '\n[workspace]\n' >>"$SASL_TOOLS/src/tansu-broker-0.6.0/Cargo.toml"
-    printf '\n[workspace]\n' >>"$SASL_TOOLS/src/tansu-storage-0.6.0/Cargo.toml"
+    # Its authentication never offered SASL PLAIN (rsasl built without it), accepted any PLAIN
+    # password, and answered a refused login with success: plain-credentials.patch offers
+    # PLAIN, checks it against TANSU_PLAIN_CREDENTIALS and fails a refused exchange.
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-auth-0.6.0" <scripts/tansu/plain-credentials.patch >&2
+    # All three are kept out of Weir's workspace (target/ lies inside it) by a `[workspace]` each.
+    for crate in tansu-broker tansu-storage tansu-auth; do
+        printf '\n[workspace]\n' >>"$SASL_TOOLS/src/$crate-0.6.0/Cargo.toml"
+    done
     # The binary is scripts/tansu/broker: the broker alone, without the rest of tansu's
     # command line (cat, perf, proxy, generator, topic: a quarter less to build). Its
     # Cargo.lock pins what tansu 0.6.0's own lock file pinned.
@@ -262,7 +269,8 @@ start_sasl_broker() {
     outer=$inner
     [ "$name" = tls ] && outer=$(free_port)
     credentials=$(scram_credentials)
-    TANSU_SCRAM_CREDENTIALS="$credentials" nohup "$SASL_BIN" broker \
+    TANSU_SCRAM_CREDENTIALS="$credentials" TANSU_PLAIN_CREDENTIALS="$SASL_USERNAME=$SASL_PASSWORD" \
+        nohup "$SASL_BIN" broker \
         --listener-url "tcp://127.0.0.1:$inner" \
         --advertised-listener-url "tcp://127.0.0.1:$outer" \
         --storage-engine "memory://tansu/" --authentication >"$dir/broker.log" 2>&1 &

@@ -1,6 +1,6 @@
 //! Kafka with SASL authentication, against the test script's SASL brokers (tansu with the
-//! other Kafka tests' memory storage, patched to take SCRAM credentials, started with
-//! `--authentication`; the user `WEIR_KAFKA_SASL_USERNAME` has SCRAM-SHA-256 and
+//! other Kafka tests' memory storage, patched to take SCRAM and PLAIN credentials, started
+//! with `--authentication`; the user `WEIR_KAFKA_SASL_USERNAME` has PLAIN, SCRAM-SHA-256 and
 //! SCRAM-SHA-512 credentials): one over plaintext
 //! (`WEIR_KAFKA_SASL_BOOTSTRAP`), one behind stunnel's TLS (`WEIR_KAFKA_SASL_SSL_BOOTSTRAP`,
 //! certificate signed by `WEIR_KAFKA_SASL_CA`).
@@ -9,10 +9,14 @@
 //!   SCRAM-SHA-512 over TLS, is SIGKILLed between a checkpoint and its commit, and resumes;
 //!   a resume with a wrong password fails naming the authentication and changes nothing;
 //!   the committed output, read back by the log reader over SASL_SSL, is exact.
+//! - The source and all three sink guarantees authenticate with PLAIN over TLS, and a job
+//!   with a wrong PLAIN password fails naming the refused login and writes nothing.
 //! - The source and the at-least-once and no-guarantee sinks authenticate with
 //!   SCRAM-SHA-256 over plaintext.
-//! - The log reader speaks both SCRAM mechanisms, names a refused login and a mechanism the
-//!   broker does not offer, and no password ever appears in an error or a job's output.
+//! - The log reader speaks all three mechanisms over both brokers and names a refused login
+//!   (SCRAM and PLAIN), and no password ever appears in an error or a job's output. (A
+//!   mechanism the broker does not offer, error 58 and a forged SCRAM signature are tested
+//!   against scripted brokers in `log_reader::sasl`.)
 
 mod common;
 
@@ -159,6 +163,26 @@ fn assert_no_secret(output: &Output, what: &str) {
     }
 }
 
+/// Runs `command`, a job whose `mechanism` login the broker refuses, and asserts that it
+/// fails naming the refused login and the setting to check, with no password in its output.
+fn assert_refused_login(command: Command, what: &str, mechanism: &str) {
+    let refused = run(command, what);
+    assert!(!refused.status.success(), "{what}: the job ran");
+    assert_no_secret(&refused, what);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(
+        last.contains(&format!("SASL {mechanism} authentication"))
+            && last.contains("sasl.password")
+            && last.contains(&var("WEIR_KAFKA_SASL_USERNAME")),
+        "{what}: the job's error does not say the login was refused: {last}"
+    );
+}
+
 #[test]
 fn the_exactly_once_pipeline_authenticates_with_scram_over_tls_survives_a_kill_and_refuses_a_wrong_password(
 ) {
@@ -204,24 +228,7 @@ fn the_exactly_once_pipeline_authenticates_with_scram_over_tls_survives_a_kill_a
         WRONG_LOGIN_TIMEOUT_MS,
     );
     wrong.arg("--resume");
-    let refused = run(wrong, "resume with a wrong password");
-    assert!(
-        !refused.status.success(),
-        "a resume with a wrong password ran"
-    );
-    assert_no_secret(&refused, "the refused resume");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or_default();
-    assert!(
-        last.contains("SASL SCRAM-SHA-512 authentication")
-            && last.contains("sasl.password")
-            && last.contains(&var("WEIR_KAFKA_SASL_USERNAME")),
-        "the job's error does not say the login was refused: {last}"
-    );
+    assert_refused_login(wrong, "resume with a wrong password", "SCRAM-SHA-512");
     let unchanged = word_count::committed_counts_over(&good, &output, PARTITIONS)
         .expect("read the output over SASL_SSL");
     assert_eq!(unchanged, before, "a refused run changed the output");
@@ -245,6 +252,66 @@ fn the_exactly_once_pipeline_authenticates_with_scram_over_tls_survives_a_kill_a
     if let Err(problems) = word_count::verify_counts(&committed, &expected, true) {
         panic!("output over SASL_SSL is wrong: {problems}");
     }
+}
+
+#[test]
+fn plain_over_tls_serves_the_source_and_every_sink_guarantee_and_names_a_wrong_password() {
+    let good = connection(true, "PLAIN", &password());
+    let input = common::unique("sasl-words-plain");
+    let expected =
+        word_count::produce_words_over(&good, &input, PARTITIONS, 2_000, 50).expect("produce");
+    for (guarantee, exactly) in [
+        ("exactly_once", true),
+        ("at_least_once", false),
+        ("none", false),
+    ] {
+        let output = common::unique(&format!("sasl-plain-counts-{guarantee}"));
+        weir_kafka::admin::ensure_topic(&good, &output, PARTITIONS).expect("output topic");
+        let work = tempfile::tempdir().expect("work dir");
+        let mut command = kafka_count(
+            work.path(),
+            &input,
+            &output,
+            true,
+            "PLAIN",
+            &password(),
+            OPERATION_TIMEOUT_MS,
+        );
+        command.args(["--guarantee", guarantee]);
+        let finished = run(command, &format!("PLAIN {guarantee}"));
+        assert!(
+            finished.status.success(),
+            "the PLAIN {guarantee} run failed"
+        );
+        assert_no_secret(&finished, guarantee);
+        let committed = word_count::committed_counts_over(&good, &output, PARTITIONS)
+            .expect("read the output over SASL_SSL with PLAIN");
+        if let Err(problems) = word_count::verify_counts(&committed, &expected, exactly) {
+            panic!("{guarantee} output with PLAIN is wrong: {problems}");
+        }
+    }
+
+    // A wrong PLAIN password: the job fails naming the refused login, and writes nothing.
+    let output = common::unique("sasl-plain-refused");
+    weir_kafka::admin::ensure_topic(&good, &output, PARTITIONS).expect("output topic");
+    let work = tempfile::tempdir().expect("work dir");
+    let wrong = kafka_count(
+        work.path(),
+        &input,
+        &output,
+        true,
+        "PLAIN",
+        WRONG_PASSWORD,
+        WRONG_LOGIN_TIMEOUT_MS,
+    );
+    assert_refused_login(wrong, "PLAIN with a wrong password", "PLAIN");
+    let written = word_count::committed_counts_over(&good, &output, PARTITIONS)
+        .expect("read the output over SASL_SSL with PLAIN");
+    assert!(
+        written.is_empty(),
+        "a refused job wrote {} counts",
+        written.len()
+    );
 }
 
 #[test]
@@ -279,7 +346,7 @@ fn the_source_and_the_other_sink_guarantees_authenticate_with_scram_sha_256() {
 }
 
 #[test]
-fn the_log_reader_speaks_both_scram_mechanisms_and_names_a_refused_login() {
+fn the_log_reader_speaks_plain_and_both_scram_mechanisms_and_names_a_refused_login() {
     let mut topic = String::new();
     for tls in [false, true] {
         // The two brokers keep separate logs: each gets the topic.
@@ -293,7 +360,7 @@ fn the_log_reader_speaks_both_scram_mechanisms_and_names_a_refused_login() {
         )
         .expect("produce");
         let total = words.values().sum::<u64>() as usize;
-        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
             let mut reader = LogReader::for_connection(
                 &connection(tls, mechanism, &password()),
                 Duration::from_secs(10),
@@ -306,43 +373,30 @@ fn the_log_reader_speaks_both_scram_mechanisms_and_names_a_refused_login() {
         }
     }
 
-    // A wrong password: an authentication error naming the user and what to check.
-    let mut reader = LogReader::for_connection(
-        &connection(true, "SCRAM-SHA-512", WRONG_PASSWORD),
-        Duration::from_secs(10),
-    )
-    .expect("reader");
-    let error = reader.committed_records(&topic, 0).unwrap_err();
-    assert!(
-        matches!(error, KafkaError::Authentication { .. }),
-        "{error:?}"
-    );
-    let message = error.to_string();
-    assert!(
-        message.contains("SCRAM-SHA-512")
-            && message.contains(&var("WEIR_KAFKA_SASL_USERNAME"))
-            && message.contains("sasl.password")
-            && !message.contains(WRONG_PASSWORD)
-            && !message.contains(&password()),
-        "{message}"
-    );
-
-    // A mechanism the broker does not offer (tansu's SASL build has no PLAIN, and answers
-    // its handshake by closing the connection) is named as the likely cause.
-    let mut reader = LogReader::for_connection(
-        &connection(true, "PLAIN", &password()),
-        Duration::from_secs(10),
-    )
-    .expect("reader");
-    let error = reader.committed_records(&topic, 0).unwrap_err();
-    let message = error.to_string();
-    assert!(
-        matches!(error, KafkaError::Authentication { .. })
-            && message.contains("asked for PLAIN")
-            && message.contains("sasl.mechanism")
-            && !message.contains(&password()),
-        "{message}"
-    );
+    // A wrong password, with each kind of mechanism: an authentication error naming the
+    // mechanism, the user and what to check (SCRAM fails in the exchange's proof; PLAIN by
+    // the broker's SaslAuthenticationFailed).
+    for mechanism in ["SCRAM-SHA-512", "PLAIN"] {
+        let mut reader = LogReader::for_connection(
+            &connection(true, mechanism, WRONG_PASSWORD),
+            Duration::from_secs(10),
+        )
+        .expect("reader");
+        let error = reader.committed_records(&topic, 0).unwrap_err();
+        assert!(
+            matches!(error, KafkaError::Authentication { .. }),
+            "{mechanism}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(mechanism)
+                && message.contains(&var("WEIR_KAFKA_SASL_USERNAME"))
+                && message.contains("sasl.password")
+                && !message.contains(WRONG_PASSWORD)
+                && !message.contains(&password()),
+            "{message}"
+        );
+    }
 
     // Without a login the broker serves nothing.
     let mut no_login = KafkaConnection::new(bootstrap(true));

@@ -336,6 +336,8 @@ impl TaskError {
     pub fn may_come_from_user_code(&self) -> bool {
         match self {
             TaskError::UserPanic { .. } | TaskError::User(_) => true,
+            // A key is a user type: its serialization failing is the record's doing.
+            TaskError::State(StateError::KeyEncoding(_)) => true,
             TaskError::AtRecord { cause, .. } => cause.may_come_from_user_code(),
             TaskError::Remote { secondary, .. } => !*secondary,
             TaskError::Operator { cause, .. } => cause.may_come_from_user_code(),

@@ -239,6 +239,55 @@ fn a_key_selector_failing_on_a_poison_record_names_it() {
         .print();
     let error = env.execute("poisoned key").unwrap_err();
     expect_origin(&error, dir.path(), "orders-1.csv", 702);
+    let text = error.to_string();
+    assert!(text.contains("operator `key selector of "), "{text}");
+}
+
+/// A key whose serialization fails for the customer `poison` (user code that runs when the
+/// record's key group is computed, in the shuffle).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct BillingKey(String);
+
+impl serde::Serialize for BillingKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0 == "poison" {
+            return Err(serde::ser::Error::custom(format!(
+                "cannot bill customer {}",
+                self.0
+            )));
+        }
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BillingKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(BillingKey)
+    }
+}
+
+#[test]
+fn a_key_that_cannot_be_serialized_names_its_record_and_the_key_selector() {
+    let dir = tempfile::tempdir().unwrap();
+    orders(dir.path(), 1_000, Some((0, 321)));
+    let env = env_with_restarts(1);
+    source(&env, dir.path())
+        .key_by(|o: &Order| BillingKey(o.customer.clone()))
+        .reduce(|a, b| Order {
+            customer: a.customer,
+            amount: a.amount + b.amount,
+        })
+        .name("bill")
+        .print();
+    let error = env.execute("unserializable key").unwrap_err();
+    // Key encoding failed in the first attempt too: the restart traced origins and the
+    // record is named, with the key selector it failed in.
+    expect_origin(&error, dir.path(), "orders-0.csv", 323);
+    let text = error.to_string();
+    assert!(
+        text.contains("operator `key selector of `bill``") && text.contains("cannot encode a key"),
+        "{text}"
+    );
 }
 
 /// Sends the customer `poison`, and every tenth amount, to a side output for review.

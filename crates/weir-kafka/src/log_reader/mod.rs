@@ -103,6 +103,10 @@ struct BrokerConnection {
     address: String,
     correlation_id: i32,
     versions: HashMap<i16, (i16, i16)>,
+    /// When this connection's SASL session should be renewed, if the broker limits its
+    /// lifetime (KIP-368's `session_lifetime_ms`): the reader then opens a new connection,
+    /// which authenticates afresh, rather than have the broker close this one mid-request.
+    session_renewal: Option<Instant>,
 }
 
 impl BrokerConnection {
@@ -158,6 +162,7 @@ impl BrokerConnection {
             address: address.to_string(),
             correlation_id: 0,
             versions: HashMap::new(),
+            session_renewal: None,
         };
         let response: ApiVersionsResponse =
             connection.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
@@ -357,6 +362,15 @@ impl LogReader {
     }
 
     fn connection(&mut self, address: &str) -> Result<&mut BrokerConnection, KafkaError> {
+        let renew = self.connections.get(address).is_some_and(|connection| {
+            connection
+                .session_renewal
+                .is_some_and(|at| Instant::now() >= at)
+        });
+        if renew {
+            tracing::debug!(broker = address, "SASL session ends soon: reconnecting");
+            self.connections.remove(address);
+        }
         if !self.connections.contains_key(address) {
             let connection = BrokerConnection::connect(
                 address,

@@ -7,6 +7,7 @@
 //! broker which does not know the password cannot pass for one that does.
 
 use std::io::Cursor;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -191,6 +192,12 @@ impl BrokerConnection {
                         format!("the broker refused it: {reason}{hint}"),
                     ));
                 }
+                // Renewed at 85% of the lifetime the broker grants, as Kafka's Java client
+                // does at the earliest (it picks 85–95%).
+                self.session_renewal = u64::try_from(response.session_lifetime_ms)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(|ms| Instant::now() + Duration::from_millis(ms * 85 / 100));
                 input = Some(response.auth_bytes);
             }
             // Finished: for SCRAM, the server's signature has been checked in this step.
@@ -224,6 +231,290 @@ fn step_failure(error: &SessionError, after_broker_input: bool) -> String {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use bytes::BytesMut;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{ApiVersionsResponse, RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use crate::log_reader::LogReader;
+
+    const PASSWORD: &str = "tr0ub4dor-scripted";
+
+    /// What a scripted broker does with one SASL request (key, version, body): answer with an
+    /// encoded response body, or close the connection (`None`).
+    type Script = Box<dyn FnMut(ApiKey, i16, Bytes) -> Option<BytesMut> + Send>;
+
+    /// Encodes `response` at `version`.
+    fn body(response: &impl Encodable, version: i16) -> Option<BytesMut> {
+        let mut out = BytesMut::new();
+        response.encode(&mut out, version).ok()?;
+        Some(out)
+    }
+
+    /// A broker on 127.0.0.1 serving any number of connections, one thread each:
+    /// ApiVersions (offering the two SASL requests at versions 0 to 1), then `script` for
+    /// every other request. Also returns the count of connections accepted.
+    fn scripted_broker(script: Script) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let script = Arc::new(Mutex::new(script));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let script = script.clone();
+                std::thread::spawn(move || serve(stream, &script));
+            }
+        });
+        (address, accepted)
+    }
+
+    /// Answers one connection's requests until `script` closes it or the client leaves.
+    fn serve(mut stream: std::net::TcpStream, script: &Mutex<Script>) {
+        loop {
+            let mut length = [0u8; 4];
+            if stream.read_exact(&mut length).is_err() {
+                return;
+            }
+            let mut request = vec![0u8; i32::from_be_bytes(length).max(0) as usize];
+            if request.len() < 4 || stream.read_exact(&mut request).is_err() {
+                return;
+            }
+            let Ok(key) = ApiKey::try_from(i16::from_be_bytes([request[0], request[1]])) else {
+                return;
+            };
+            let version = i16::from_be_bytes([request[2], request[3]]);
+            let mut request = Bytes::from(request);
+            let Ok(header) =
+                RequestHeader::decode(&mut request, key.request_header_version(version))
+            else {
+                return;
+            };
+            let answer = if key == ApiKey::ApiVersions {
+                let offered = [ApiKey::SaslHandshake, ApiKey::SaslAuthenticate]
+                    .map(|k| {
+                        ApiVersion::default()
+                            .with_api_key(k as i16)
+                            .with_min_version(0)
+                            .with_max_version(1)
+                    })
+                    .to_vec();
+                body(
+                    &ApiVersionsResponse::default().with_api_keys(offered),
+                    version,
+                )
+            } else {
+                let Ok(mut script) = script.lock() else {
+                    return;
+                };
+                script(key, version, request)
+            };
+            let Some(answer) = answer else {
+                return;
+            };
+            let mut frame = BytesMut::new();
+            if ResponseHeader::default()
+                .with_correlation_id(header.correlation_id)
+                .encode(&mut frame, key.response_header_version(version))
+                .is_err()
+            {
+                return;
+            }
+            frame.extend_from_slice(&answer);
+            let length = (frame.len() as i32).to_be_bytes();
+            if stream.write_all(&length).is_err() || stream.write_all(&frame).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// A PLAIN login as `alice`.
+    fn plain_security() -> ConnectionSecurity {
+        security(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "alice"),
+            ("sasl.password", PASSWORD),
+        ])
+    }
+
+    /// The error of logging in to a scripted broker as `alice` with `mechanism`.
+    fn login_error(mechanism: &str, script: Script) -> KafkaError {
+        let (address, _) = scripted_broker(script);
+        let login = SaslLogin::from_security(&security(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", mechanism),
+            ("sasl.username", "alice"),
+            ("sasl.password", PASSWORD),
+        ]))
+        .unwrap()
+        .unwrap();
+        match BrokerConnection::connect(&address, Duration::from_secs(5), None, Some(&login)) {
+            Ok(_) => panic!("the scripted broker accepted the login"),
+            Err(error) => {
+                let message = error.to_string();
+                assert!(
+                    matches!(error, KafkaError::Authentication { .. })
+                        && message.contains(mechanism)
+                        && message.contains("alice")
+                        && message.contains(&address)
+                        && !message.contains(PASSWORD),
+                    "{message}"
+                );
+                error
+            }
+        }
+    }
+
+    /// A handshake answered with `mechanism` accepted.
+    fn handshake_accepted(version: i16) -> Option<BytesMut> {
+        body(&SaslHandshakeResponse::default(), version)
+    }
+
+    #[test]
+    fn a_mechanism_the_broker_does_not_offer_is_named_with_the_ones_it_offers() {
+        let error = login_error(
+            "SCRAM-SHA-256",
+            Box::new(|key, version, _| {
+                assert_eq!(key, ApiKey::SaslHandshake);
+                body(
+                    &SaslHandshakeResponse::default()
+                        .with_error_code(UNSUPPORTED_SASL_MECHANISM)
+                        .with_mechanisms(vec![
+                            StrBytes::from_static_str("PLAIN"),
+                            StrBytes::from_static_str("SCRAM-SHA-512"),
+                        ]),
+                    version,
+                )
+            }),
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("does not offer SCRAM-SHA-256 (it offers PLAIN, SCRAM-SHA-512)")
+                && message.contains("sasl.mechanism"),
+            "{message}"
+        );
+
+        // A broker that closes the connection instead (as tansu does) is named as one that
+        // may not offer it.
+        let message = login_error("PLAIN", Box::new(|_, _, _| None)).to_string();
+        assert!(
+            message.contains("ended the connection when asked for PLAIN")
+                && message.contains("sasl.mechanism"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_refused_login_error_58_names_the_broker_reason_and_what_to_check() {
+        let mut authenticate = 0;
+        let error = login_error(
+            "PLAIN",
+            Box::new(move |key, version, mut request| match key {
+                ApiKey::SaslHandshake => handshake_accepted(version),
+                ApiKey::SaslAuthenticate => {
+                    authenticate += 1;
+                    assert_eq!(authenticate, 1, "PLAIN takes one message");
+                    // The PLAIN message: authzid NUL authcid NUL password.
+                    let message = SaslAuthenticateRequest::decode(&mut request, version)
+                        .ok()?
+                        .auth_bytes;
+                    assert_eq!(&message[..], format!("\0alice\0{PASSWORD}").as_bytes());
+                    body(
+                        &SaslAuthenticateResponse::default()
+                            .with_error_code(SASL_AUTHENTICATION_FAILED)
+                            .with_error_message(Some(StrBytes::from_static_str(
+                                "Authentication failed: Invalid username or password",
+                            ))),
+                        version,
+                    )
+                }
+                _ => None,
+            }),
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("refused it: Authentication failed: Invalid username or password")
+                && message.contains("check `sasl.username` and `sasl.password`"),
+            "{message}"
+        );
+    }
+
+    /// A broker accepting every PLAIN login, granting sessions of `lifetime_ms`.
+    fn plain_broker(lifetime_ms: i64) -> (String, Arc<AtomicUsize>) {
+        scripted_broker(Box::new(move |key, version, _| match key {
+            ApiKey::SaslHandshake => handshake_accepted(version),
+            ApiKey::SaslAuthenticate => body(
+                &SaslAuthenticateResponse::default().with_session_lifetime_ms(lifetime_ms),
+                version,
+            ),
+            _ => None,
+        }))
+    }
+
+    #[test]
+    fn a_session_the_broker_limits_is_renewed_by_a_new_connection_before_it_ends() {
+        let login = SaslLogin::from_security(&plain_security()).unwrap();
+        for (lifetime_ms, connections) in [(0, 1), (i64::from(i32::MAX), 1), (1, 3)] {
+            let (address, accepted) = plain_broker(lifetime_ms);
+            let mut reader = LogReader::new(&address, Duration::from_secs(5));
+            reader.sasl = login.clone();
+            for _ in 0..3 {
+                reader.connection(&address).unwrap();
+                // Past a 1 ms session's renewal point; far from a 24-day one's.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                connections,
+                "a session of {lifetime_ms} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn a_forged_scram_server_signature_fails_the_login() {
+        let mut client_nonce = String::new();
+        let error = login_error(
+            "SCRAM-SHA-256",
+            Box::new(move |key, version, mut request| {
+                if key == ApiKey::SaslHandshake {
+                    return handshake_accepted(version);
+                }
+                let message = SaslAuthenticateRequest::decode(&mut request, version)
+                    .ok()?
+                    .auth_bytes;
+                let message = String::from_utf8(message.to_vec()).ok()?;
+                let answer = if client_nonce.is_empty() {
+                    // client-first `n,,n=alice,r=<nonce>`: a well-formed server-first.
+                    client_nonce = message.split(",r=").nth(1)?.to_string();
+                    format!("r={client_nonce}forged,s=c2FsdHNhbHQ=,i=4096")
+                } else {
+                    // client-final: a signature of the right length that the broker, not
+                    // knowing the password, could not compute.
+                    format!("v={}=", "A".repeat(43))
+                };
+                body(
+                    &SaslAuthenticateResponse::default()
+                        .with_auth_bytes(Bytes::from(answer.into_bytes())),
+                    version,
+                )
+            }),
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("SCRAM signature does not match")
+                && message.contains("bootstrap.servers"),
+            "{message}"
+        );
+    }
 
     fn security(pairs: &[(&str, &str)]) -> ConnectionSecurity {
         let properties: BTreeMap<String, String> = pairs

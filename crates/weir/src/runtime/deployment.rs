@@ -599,6 +599,7 @@ pub fn deploy_tasks(
                                 partitioner: edge.partitioner,
                                 key_selector: job.key_selectors[edge.id.index()].as_ref(),
                                 max_parallelism: sg.node(edge.target).max_parallelism,
+                                consumer: &sg.node(edge.target).name,
                                 producer_subtask: ev.id.subtask,
                                 batch_size: config.buffer_size,
                                 cancel: cancel.clone(),

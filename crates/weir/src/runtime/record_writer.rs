@@ -35,6 +35,9 @@ pub enum ChannelSelector<T> {
         key_group_of: Arc<dyn KeyGroupOf<T>>,
         /// Reused serialization buffer and the number of key groups.
         assigner: KeyGroupAssigner,
+        /// What errors name the key selector as (`key selector of `consumer``): it is user
+        /// code that runs outside any operator of the chain.
+        name: Arc<str>,
     },
 }
 
@@ -269,8 +272,11 @@ impl<T: Record> RecordWriter<T> {
             ChannelSelector::Hash {
                 key_group_of,
                 assigner,
+                name,
             } => {
-                let group = key_group_of.key_group(&record, assigner)?;
+                let group = key_group_of
+                    .key_group(&record, assigner)
+                    .map_err(|e| crate::runtime::output::in_operator(name, e.into()))?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group);
                 self.push_keyed(channel as usize, record, timestamp, group)
@@ -298,21 +304,25 @@ impl<T: Record> RecordWriter<T> {
             ChannelSelector::Hash {
                 key_group_of,
                 assigner,
+                name,
             } => {
-                // The key selector is user code: one that panics on a poison record must
-                // name that record, as a failing operator does.
+                // The key selector (and the key's serialization) is user code: one that
+                // panics or fails on a poison record must name it and that record, as a
+                // failing operator does.
                 let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     key_group_of.key_group(&record, assigner)
                 }))
-                .map_err(|payload| {
-                    let error = TaskError::UserPanic {
-                        message: crate::error::panic_message(payload.as_ref()),
-                    };
+                .map_err(|payload| TaskError::UserPanic {
+                    message: crate::error::panic_message(payload.as_ref()),
+                })
+                .and_then(|group| group.map_err(TaskError::from))
+                .map_err(|error| {
+                    let error = crate::runtime::output::in_operator(name, error);
                     match origin {
                         Some(origin) => error.at_record(&origin.to_origin()),
                         None => error,
                     }
-                })??;
+                })?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group)
                         as usize;
@@ -536,6 +546,7 @@ mod tests {
         let selector = ChannelSelector::Hash {
             key_group_of: Arc::new(FnKeySelector::new(|r: &u64| r % 10)),
             assigner: KeyGroupAssigner::new(16),
+            name: Arc::from("key selector of `count`"),
         };
         let (mut w, rxs) = writer(3, selector);
         (0..100).for_each(|i| w.collect(i, None).unwrap());

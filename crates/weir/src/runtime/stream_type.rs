@@ -33,6 +33,8 @@ pub struct WriterSpec<'a> {
     pub key_selector: Option<&'a SharedAny>,
     /// Key groups of the consumer.
     pub max_parallelism: u32,
+    /// The consumer's name (what a failing key selector is named after).
+    pub consumer: &'a str,
     /// Index of the producing subtask (where round-robin starts).
     pub producer_subtask: u32,
     /// Records per batch.
@@ -149,6 +151,7 @@ impl<T: Record> StreamType for TypeOf<T> {
                 ChannelSelector::Hash {
                     key_group_of,
                     assigner: KeyGroupAssigner::new(spec.max_parallelism),
+                    name: Arc::from(format!("key selector of `{}`", spec.consumer)),
                 }
             }
         };
