@@ -70,6 +70,26 @@ pub struct RecordWriter<T> {
     overdraft: bool,
 }
 
+/// The key group of `record`: the key selector, and the key's serialization, are user code,
+/// so a panic or a failure there is an error of the operator `name` (`key selector of
+/// `consumer``), which runs outside any operator of the chain.
+#[inline]
+fn key_group_in_user_code<T>(
+    key_group_of: &dyn KeyGroupOf<T>,
+    record: &T,
+    assigner: &mut KeyGroupAssigner,
+    name: &Arc<str>,
+) -> Result<u32, TaskError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        key_group_of.key_group(record, assigner)
+    }))
+    .map_err(|payload| TaskError::UserPanic {
+        message: crate::error::panic_message(payload.as_ref()),
+    })
+    .and_then(|group| group.map_err(TaskError::from))
+    .map_err(|error| crate::runtime::output::in_operator(name, error))
+}
+
 /// A wakeup that has always rung: a send that would wait returns at once.
 struct AlreadyRung(crossbeam_channel::Receiver<()>);
 
@@ -274,9 +294,7 @@ impl<T: Record> RecordWriter<T> {
                 assigner,
                 name,
             } => {
-                let group = key_group_of
-                    .key_group(&record, assigner)
-                    .map_err(|e| crate::runtime::output::in_operator(name, e.into()))?;
+                let group = key_group_in_user_code(key_group_of.as_ref(), &record, assigner, name)?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group);
                 self.push_keyed(channel as usize, record, timestamp, group)
@@ -306,23 +324,13 @@ impl<T: Record> RecordWriter<T> {
                 assigner,
                 name,
             } => {
-                // The key selector (and the key's serialization) is user code: one that
-                // panics or fails on a poison record must name it and that record, as a
-                // failing operator does.
-                let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    key_group_of.key_group(&record, assigner)
-                }))
-                .map_err(|payload| TaskError::UserPanic {
-                    message: crate::error::panic_message(payload.as_ref()),
-                })
-                .and_then(|group| group.map_err(TaskError::from))
-                .map_err(|error| {
-                    let error = crate::runtime::output::in_operator(name, error);
-                    match origin {
+                // A poison record the key selector fails on is named, as a failing
+                // operator's is.
+                let group = key_group_in_user_code(key_group_of.as_ref(), &record, assigner, name)
+                    .map_err(|error| match &origin {
                         Some(origin) => error.at_record(&origin.to_origin()),
                         None => error,
-                    }
-                })?;
+                    })?;
                 let channel =
                     operator_index_for_key_group(assigner.max_parallelism(), n as u32, group)
                         as usize;
@@ -558,6 +566,28 @@ mod tests {
                 assert_eq!(operator_index_for_key_group(16, 3, group), subtask as u32);
             }
         }
+    }
+
+    #[test]
+    fn a_key_selector_that_panics_is_an_error_of_the_key_selector() {
+        let selector = ChannelSelector::Hash {
+            key_group_of: Arc::new(FnKeySelector::new(|r: &u64| {
+                assert_ne!(*r, 7, "no key for 7");
+                *r
+            })),
+            assigner: KeyGroupAssigner::new(16),
+            name: Arc::from("key selector of `count`"),
+        };
+        let (mut w, _rxs) = writer(2, selector);
+        (0..7).for_each(|i| w.collect(i, None).unwrap());
+        let error = w.collect(7, None).unwrap_err();
+        assert!(
+            matches!(&error, TaskError::Operator { operator, cause }
+                if operator == "key selector of `count`"
+                    && matches!(**cause, TaskError::UserPanic { .. })),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("no key for 7"), "{error}");
     }
 
     #[test]
