@@ -169,12 +169,7 @@ fn assert_refused_login(command: Command, what: &str, mechanism: &str) {
     let refused = run(command, what);
     assert!(!refused.status.success(), "{what}: the job ran");
     assert_no_secret(&refused, what);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or_default();
+    let last = common::last_error_line(&refused);
     assert!(
         last.contains(&format!("SASL {mechanism} authentication"))
             && last.contains("sasl.password")
@@ -254,42 +249,56 @@ fn the_exactly_once_pipeline_authenticates_with_scram_over_tls_survives_a_kill_a
     }
 }
 
-#[test]
-fn plain_over_tls_serves_the_source_and_every_sink_guarantee_and_names_a_wrong_password() {
-    let good = connection(true, "PLAIN", &password());
-    let input = common::unique("sasl-words-plain");
+/// Produces words over a `mechanism` login (`tls`: SASL_SSL) and runs the pipeline once with
+/// each of `guarantees` (name, whether its output must be exact), checking each output.
+/// Returns the connection and the input topic.
+fn run_each_guarantee(
+    tls: bool,
+    mechanism: &str,
+    guarantees: &[(&str, bool)],
+) -> (KafkaConnection, String) {
+    let good = connection(tls, mechanism, &password());
+    let input = common::unique(&format!("sasl-words-{mechanism}"));
     let expected =
         word_count::produce_words_over(&good, &input, PARTITIONS, 2_000, 50).expect("produce");
-    for (guarantee, exactly) in [
-        ("exactly_once", true),
-        ("at_least_once", false),
-        ("none", false),
-    ] {
-        let output = common::unique(&format!("sasl-plain-counts-{guarantee}"));
+    for &(guarantee, exactly) in guarantees {
+        let output = common::unique(&format!("sasl-counts-{mechanism}-{guarantee}"));
         weir_kafka::admin::ensure_topic(&good, &output, PARTITIONS).expect("output topic");
         let work = tempfile::tempdir().expect("work dir");
         let mut command = kafka_count(
             work.path(),
             &input,
             &output,
-            true,
-            "PLAIN",
+            tls,
+            mechanism,
             &password(),
             OPERATION_TIMEOUT_MS,
         );
         command.args(["--guarantee", guarantee]);
-        let finished = run(command, &format!("PLAIN {guarantee}"));
-        assert!(
-            finished.status.success(),
-            "the PLAIN {guarantee} run failed"
-        );
-        assert_no_secret(&finished, guarantee);
+        let what = format!("{mechanism} {guarantee}");
+        let finished = run(command, &what);
+        assert!(finished.status.success(), "the {what} run failed");
+        assert_no_secret(&finished, &what);
         let committed = word_count::committed_counts_over(&good, &output, PARTITIONS)
-            .expect("read the output over SASL_SSL with PLAIN");
+            .expect("read the output over SASL");
         if let Err(problems) = word_count::verify_counts(&committed, &expected, exactly) {
-            panic!("{guarantee} output with PLAIN is wrong: {problems}");
+            panic!("{what} output over SASL is wrong: {problems}");
         }
     }
+    (good, input)
+}
+
+#[test]
+fn plain_over_tls_serves_the_source_and_every_sink_guarantee_and_names_a_wrong_password() {
+    let (good, input) = run_each_guarantee(
+        true,
+        "PLAIN",
+        &[
+            ("exactly_once", true),
+            ("at_least_once", false),
+            ("none", false),
+        ],
+    );
 
     // A wrong PLAIN password: the job fails naming the refused login, and writes nothing.
     let output = common::unique("sasl-plain-refused");
@@ -316,33 +325,11 @@ fn plain_over_tls_serves_the_source_and_every_sink_guarantee_and_names_a_wrong_p
 
 #[test]
 fn the_source_and_the_other_sink_guarantees_authenticate_with_scram_sha_256() {
-    let good = connection(false, "SCRAM-SHA-256", &password());
-    let input = common::unique("sasl-words-256");
-    let expected =
-        word_count::produce_words_over(&good, &input, PARTITIONS, 2_000, 50).expect("produce");
-    for (guarantee, exactly) in [("at_least_once", false), ("none", false)] {
-        let output = common::unique(&format!("sasl-counts-{guarantee}"));
-        weir_kafka::admin::ensure_topic(&good, &output, PARTITIONS).expect("output topic");
-        let work = tempfile::tempdir().expect("work dir");
-        let mut command = kafka_count(
-            work.path(),
-            &input,
-            &output,
-            false,
-            "SCRAM-SHA-256",
-            &password(),
-            OPERATION_TIMEOUT_MS,
-        );
-        command.args(["--guarantee", guarantee]);
-        let finished = run(command, guarantee);
-        assert!(finished.status.success(), "the {guarantee} run failed");
-        assert_no_secret(&finished, guarantee);
-        let committed = word_count::committed_counts_over(&good, &output, PARTITIONS)
-            .expect("read the output over SASL_PLAINTEXT");
-        if let Err(problems) = word_count::verify_counts(&committed, &expected, exactly) {
-            panic!("{guarantee} output over SASL is wrong: {problems}");
-        }
-    }
+    run_each_guarantee(
+        false,
+        "SCRAM-SHA-256",
+        &[("at_least_once", false), ("none", false)],
+    );
 }
 
 #[test]

@@ -108,12 +108,7 @@ fn the_exactly_once_pipeline_runs_over_tls_survives_a_kill_and_refuses_an_untrus
     wrong.arg("--resume");
     let refused = run(wrong, "resume with an untrusted CA");
     assert!(!refused.status.success(), "a resume with the wrong CA ran");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or_default();
+    let last = common::last_error_line(&refused);
     assert!(
         last.contains("TLS handshake with")
             && last.contains("certificate")

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -159,4 +160,14 @@ pub fn wait_until(mut done: impl FnMut() -> bool, limit: Duration, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The last `error:` line a job printed (its final error), or an empty string.
+pub fn last_error_line(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default()
+        .to_string()
 }
