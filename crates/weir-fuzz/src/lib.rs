@@ -4,7 +4,7 @@
 //! metadata and the job record, keyed state blocks (and the heap backend restoring them),
 //! the network frames of cluster mode and the elements they carry, the CSV fast path
 //! (which must agree with the csv crate), JSON values, and the Kafka log reader's
-//! responses, record batches and control markers.
+//! responses, record batches (compressed ones too) and control markers.
 //!
 //! Each target is a plain function of bytes. Errors are expected; a target panics only when
 //! a decoder breaks a rule: it panics itself, accepts what it then cannot write back the
@@ -39,6 +39,7 @@ pub const TARGETS: &[Target] = &[
     ("csv_fast_path", csv_fast_path),
     ("json_value", json_value),
     ("kafka_log", kafka_log),
+    ("kafka_compressed_batch", kafka_compressed_batch),
     ("kafka_response", kafka_response),
 ];
 
@@ -226,6 +227,12 @@ pub fn json_value(data: &[u8]) {
 /// A fetched partition's records through the log reader's batch decoders.
 pub fn kafka_log(data: &[u8]) {
     weir_kafka::log_reader::fuzzing::raw_log(data);
+}
+
+/// A compressed record batch through the log reader's codecs (each within a bound) and its
+/// record decoder.
+pub fn kafka_compressed_batch(data: &[u8]) {
+    weir_kafka::log_reader::fuzzing::compressed_batch(data);
 }
 
 /// A broker's response through the log reader's response decoders.

@@ -40,6 +40,11 @@ pub fn built_in() -> Vec<Seed> {
         seeds.push(("json_value", json.as_bytes().to_vec()));
     }
     seeds.extend(kafka_logs().into_iter().map(|s| ("kafka_log", s)));
+    seeds.extend(
+        weir_kafka::log_reader::fuzzing::compressed_batch_seeds()
+            .into_iter()
+            .map(|s| ("kafka_compressed_batch", s)),
+    );
     seeds.extend(kafka_responses().into_iter().map(|s| ("kafka_response", s)));
     seeds.extend(keyed_blocks().into_iter().map(|s| ("keyed_state_block", s)));
     seeds

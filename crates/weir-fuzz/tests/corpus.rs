@@ -154,4 +154,9 @@ fuzzed!(network_frames, "network_frames", weir_fuzz::network_frames);
 fuzzed!(csv_fast_path, "csv_fast_path", weir_fuzz::csv_fast_path);
 fuzzed!(json_value, "json_value", weir_fuzz::json_value);
 fuzzed!(kafka_log, "kafka_log", weir_fuzz::kafka_log);
+fuzzed!(
+    kafka_compressed_batch,
+    "kafka_compressed_batch",
+    weir_fuzz::kafka_compressed_batch
+);
 fuzzed!(kafka_response, "kafka_response", weir_fuzz::kafka_response);

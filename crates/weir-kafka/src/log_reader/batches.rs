@@ -6,8 +6,10 @@
 use std::collections::HashMap;
 
 use bytes::{Buf, Bytes};
-use kafka_protocol::records::{BatchDecodeInfo, RecordBatchDecoder};
+use kafka_protocol::records::{BatchDecodeInfo, Compression, RecordBatchDecoder};
 
+use super::compression::{decompress, MAX_DECOMPRESSED_BATCH};
+use super::response_guard::{check_batch, check_records, BATCH_HEADER};
 use super::{LogRecord, TransactionOutcome};
 
 /// A batch of the raw log with what matters for transactions.
@@ -189,15 +191,38 @@ pub(super) fn split_batches(mut records: Bytes, out: &mut Vec<RawBatch>) -> Resu
     Ok(())
 }
 
+/// The records of `batch`, decompressed first when its producer compressed them.
 pub(super) fn decode_records(batch: &RawBatch) -> Result<Vec<LogRecord>, String> {
-    super::response_guard::check_batch(&batch.bytes)
-        .map_err(|e| format!("malformed batch at offset {}: {e}", batch.info.min_offset))?;
+    decode_records_within(batch, MAX_DECOMPRESSED_BATCH)
+}
+
+/// [`decode_records`], with the records' decompressed size bounded by `limit`.
+pub(super) fn decode_records_within(
+    batch: &RawBatch,
+    limit: usize,
+) -> Result<Vec<LogRecord>, String> {
+    let at = batch.info.min_offset;
+    let compression = batch.info.compression;
     let mut bytes = batch.bytes.clone();
-    let set = RecordBatchDecoder::decode(&mut bytes).map_err(|e| {
-        format!(
-            "cannot decode batch at offset {} ({:?} compression): {e}",
-            batch.info.min_offset, batch.info.compression
+    let decoded = if compression == Compression::None {
+        check_batch(&batch.bytes).map_err(|e| format!("malformed batch at offset {at}: {e}"))?;
+        RecordBatchDecoder::decode(&mut bytes)
+    } else {
+        // The batch's CRC was checked when it was split off (`decode_batch_info`), so these
+        // are the producer's bytes; kafka-protocol is handed them decompressed.
+        let region = batch.bytes.get(BATCH_HEADER..).unwrap_or_default();
+        let records = decompress(region, compression, limit)
+            .map_err(|e| format!("batch at offset {at}: {e}"))?;
+        check_records(&records, batch.info.record_count)
+            .map_err(|e| format!("malformed batch at offset {at} ({compression:?}): {e}"))?;
+        let records = Bytes::from(records);
+        RecordBatchDecoder::decode_with_custom_compression(
+            &mut bytes,
+            Some(|_: &mut Bytes, _: Compression| Ok(records.clone())),
         )
+    };
+    let set = decoded.map_err(|e| {
+        format!("cannot decode batch at offset {at} ({compression:?} compression): {e}")
     })?;
     Ok(set
         .records
@@ -249,9 +274,17 @@ mod tests {
     use bytes::BytesMut;
     use indexmap::IndexMap;
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    use super::super::compression::tests::compress;
+    use super::super::fuzzing::batch_around;
+
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
 
     /// One encoded batch at `offset`: data records with `values`, or a control marker.
     fn batch(offset: i64, producer_id: i64, transactional: bool, content: Content) -> Vec<u8> {
@@ -260,6 +293,27 @@ mod tests {
 
     /// A batch of producer `producer_id` at epoch `epoch`, its records with `header`.
     fn batch_of(
+        offset: i64,
+        producer_id: i64,
+        epoch: i16,
+        transactional: bool,
+        content: Content,
+        header: Option<(&str, &str)>,
+    ) -> Vec<u8> {
+        batch_in(
+            Compression::None,
+            offset,
+            producer_id,
+            epoch,
+            transactional,
+            content,
+            header,
+        )
+    }
+
+    /// [`batch_of`], its records compressed with `codec`.
+    fn batch_in(
+        codec: Compression,
         offset: i64,
         producer_id: i64,
         epoch: i16,
@@ -316,13 +370,17 @@ mod tests {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
+        RecordBatchEncoder::encode_with_custom_compression(
             &mut buf,
             records.iter(),
             &RecordEncodeOptions {
                 version: 2,
-                compression: Compression::None,
+                compression: codec,
             },
+            Some(|clear: &mut BytesMut, out: &mut BytesMut, codec| {
+                out.extend_from_slice(&compress(clear, codec));
+                Ok(())
+            }),
         )
         .unwrap();
         buf.to_vec()
@@ -494,5 +552,62 @@ mod tests {
         let mut batches = Vec::new();
         let error = split_batches(Bytes::from(corrupt), &mut batches).unwrap_err();
         assert!(error.contains("Cyclic redundancy check"), "{error}");
+    }
+
+    #[test]
+    fn compressed_batches_are_folded_and_searched_as_plain_ones_for_every_codec() {
+        for codec in CODECS {
+            let resend = Some((RESEND_HEADER, "t/0/0"));
+            let data = |offset, producer, values, header| {
+                batch_in(
+                    codec,
+                    offset,
+                    producer,
+                    0,
+                    true,
+                    Content::Data(values),
+                    header,
+                )
+            };
+            let log = log(vec![
+                data(0, 7, vec!["a", "b"], resend),
+                data(2, 8, vec!["x"], None),
+                batch_in(codec, 3, -1, 0, false, Content::Data(vec!["c"]), None),
+                marker(4, 8, 0, false),
+                marker(5, 7, 0, true),
+            ]);
+            assert_eq!(log[0].info.compression, codec);
+            let committed = fold_committed(log.clone()).unwrap();
+            assert_eq!(values(&committed), ["a", "b", "c"], "{codec:?}");
+            assert_eq!(committed[0].headers[0].0, RESEND_HEADER, "{codec:?}");
+            assert!(resend_committed_in(&log, -1, "t/0/0"), "{codec:?}");
+            assert!(!resend_committed_in(&log, -1, "t/0/1"), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn a_compressed_batch_that_lies_or_expands_too_far_is_an_error_naming_it() {
+        for codec in CODECS {
+            // Ten decompressed bytes cannot hold the 200 records the header claims: refused
+            // before kafka-protocol allocates for them.
+            let lying = batch_around(&compress(&[0; 10], codec), codec, 200).unwrap();
+            let error = decode_records(&lying).unwrap_err();
+            assert!(error.contains("claims 200 records in 10 bytes"), "{error}");
+            assert!(error.contains(&format!("offset 0 ({codec:?})")), "{error}");
+            let bomb = batch_around(&compress(&vec![0; 2 << 20], codec), codec, 1).unwrap();
+            let error = decode_records_within(&bomb, 1 << 20).unwrap_err();
+            assert!(
+                error.contains("expand to more than 1048576 bytes"),
+                "{error}"
+            );
+            let garbage = batch_around(b"not compressed at all", codec, 1).unwrap();
+            let error = decode_records(&garbage).unwrap_err();
+            assert!(
+                error.contains(&format!(
+                    "batch at offset 0: cannot decompress its {codec:?}"
+                )),
+                "{error}"
+            );
+        }
     }
 }

@@ -33,6 +33,7 @@ use crate::error::KafkaError;
 use crate::security::{server_name, ConnectionSecurity};
 
 mod batches;
+mod compression;
 #[doc(hidden)]
 pub mod fuzzing;
 mod response_guard;

@@ -4,9 +4,10 @@
 //! headers), so one corrupt or hostile count of two billion aborts the process on an
 //! allocation of tens of gigabytes. [`check`] walks the layout of the responses the log
 //! reader asks for (ApiVersions v0, Metadata v1–8, Fetch v4–11, SaslHandshake v1, all
-//! non-flexible versions with plain `INT32` array lengths) and [`check_batch`] that of an
-//! uncompressed record batch, and each refuses a count larger than the bytes left could hold,
-//! so that what is allocated stays a small multiple of the bytes received.
+//! non-flexible versions with plain `INT32` array lengths) and [`check_records`] that of a
+//! record batch's records (decompressed first, within a bound: see `compression`), and each
+//! refuses a count larger than the bytes left could hold, so that what is allocated stays a
+//! small multiple of the bytes received or decompressed.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -200,7 +201,7 @@ fn fetch(w: &mut Walker<'_>, version: i16) -> Result<(), String> {
 }
 
 /// Bytes of a v2 record batch before its records.
-const BATCH_HEADER: usize = 61;
+pub(super) const BATCH_HEADER: usize = 61;
 /// The fewest bytes a v2 record takes: length, attributes, timestamp and offset deltas, key
 /// and value lengths, header count.
 const MIN_RECORD: usize = 7;
@@ -224,10 +225,9 @@ fn varint(bytes: &[u8], at: usize, what: &str) -> Result<(i64, usize), String> {
     Err(format!("a record batch ends inside {what}"))
 }
 
-/// Checks the counts of one record batch (`bytes` is the whole batch): its record count, and
-/// each record's length and header count, against the bytes they sit in. A compressed batch
-/// is left to kafka-protocol, which is built without codecs here and refuses it before
-/// decoding its records (with codecs, the bound would have to follow the decompressed size).
+/// Checks the counts of one uncompressed record batch (`bytes` is the whole batch): its record
+/// count, and each record's length and header count, against the bytes they sit in. A
+/// compressed batch's records are checked after decompression, by [`check_records`].
 pub(super) fn check_batch(bytes: &[u8]) -> Result<(), String> {
     if bytes.len() < BATCH_HEADER || bytes[16] != 2 {
         return Ok(()); // kafka-protocol refuses it on its own
@@ -237,21 +237,28 @@ pub(super) fn check_batch(bytes: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     let count = i32::from_be_bytes([bytes[57], bytes[58], bytes[59], bytes[60]]);
-    let records = bytes.len() - BATCH_HEADER;
-    if count < 0 || count as usize > records / MIN_RECORD {
+    check_records(&bytes[BATCH_HEADER..], count)
+}
+
+/// Checks that `records` (a batch's records region, decompressed) can hold the `count`
+/// records its header claims: each record's length and header count against the bytes
+/// they sit in.
+pub(super) fn check_records(records: &[u8], count: i32) -> Result<(), String> {
+    if count < 0 || count as usize > records.len() / MIN_RECORD {
         return Err(format!(
-            "a record batch claims {count} records in {records} bytes"
+            "a record batch claims {count} records in {} bytes",
+            records.len()
         ));
     }
-    let mut at = BATCH_HEADER;
+    let mut at = 0;
     for _ in 0..count {
-        let (length, body) = varint(bytes, at, "a record's length")?;
+        let (length, body) = varint(records, at, "a record's length")?;
         let end = usize::try_from(length)
             .ok()
             .and_then(|l| body.checked_add(l))
-            .filter(|&end| end <= bytes.len())
+            .filter(|&end| end <= records.len())
             .ok_or_else(|| format!("a record claims {length} bytes past the batch's end"))?;
-        let record = &bytes[..end];
+        let record = &records[..end];
         let mut p = body + 1; // attributes
         p = varint(record, p, "a record's timestamp delta")?.1;
         p = varint(record, p, "a record's offset delta")?.1;
