@@ -64,8 +64,41 @@ fn exactly_once_output_is_exact() {
 
 #[test]
 fn transactions_fenced_before_their_commit_are_sent_again_exactly_once() {
+    fenced_transactions_are_sent_again_exactly_once(None);
+}
+
+// The sink's producer compresses as the user says; recovery then reads compressed batches
+// back from the log (`LogReader::resend_committed`, and `committed_counts` to verify).
+#[test]
+fn gzip_compressed_transactions_fenced_before_their_commit_are_sent_again_exactly_once() {
+    fenced_transactions_are_sent_again_exactly_once(Some("gzip"));
+}
+
+#[test]
+fn snappy_compressed_transactions_fenced_before_their_commit_are_sent_again_exactly_once() {
+    fenced_transactions_are_sent_again_exactly_once(Some("snappy"));
+}
+
+#[test]
+fn lz4_compressed_transactions_fenced_before_their_commit_are_sent_again_exactly_once() {
+    fenced_transactions_are_sent_again_exactly_once(Some("lz4"));
+}
+
+#[test]
+fn zstd_compressed_transactions_fenced_before_their_commit_are_sent_again_exactly_once() {
+    fenced_transactions_are_sent_again_exactly_once(Some("zstd"));
+}
+
+/// Every other commit is fenced, so the broker aborts it and the sink sends it again; the
+/// output stays exact. `compression` is the sink's `compression.type`.
+fn fenced_transactions_are_sent_again_exactly_once(compression: Option<&str>) {
     let (input, output, expected) = setup(20_000);
     let mut options = options(&input, &output);
+    if let Some(codec) = compression {
+        options
+            .properties
+            .insert("compression.type".into(), codec.into());
+    }
     // A fenced producer's commit fails only when it times out on some brokers (tansu).
     options.operation_timeout = Duration::from_secs(5);
     let bootstrap = options.bootstrap_servers.clone();

@@ -116,6 +116,32 @@ fn a_poison_record_after_a_shuffle_is_named_when_the_restart_strategy_gives_up()
 }
 
 #[test]
+fn a_poison_record_after_blank_lines_is_named_at_the_line_it_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // The poisoned row is one of those the blank lines come right before: the csv crate
+    // reports it from where it began parsing, at the first blank line.
+    orders(dir.path(), 3_000, Some((1, 1199)));
+    // Two blank lines (one LF, one CRLF) before every hundredth row: the CSV reader skips
+    // them, and the origin counts them as an editor numbers lines.
+    let path = dir.path().join("orders-1.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut spaced = String::new();
+    for (i, line) in text.lines().enumerate() {
+        if i > 0 && i % 100 == 0 {
+            spaced.push_str("\n\r\n");
+        }
+        spaced.push_str(line);
+        spaced.push('\n');
+    }
+    std::fs::write(&path, spaced).unwrap();
+    let env = env_with_restarts(2);
+    let _totals = totals(&source(&env, dir.path()), None);
+    let error = env.execute("poisoned after blank lines").unwrap_err();
+    // Line 1201 as written, after 12 pairs of blank lines.
+    expect_origin(&error, dir.path(), "orders-1.csv", 1201 + 24);
+}
+
+#[test]
 fn a_poison_record_in_the_source_chain_is_named_too() {
     let dir = tempfile::tempdir().unwrap();
     orders(dir.path(), 500, Some((0, 0)));

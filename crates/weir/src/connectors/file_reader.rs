@@ -94,6 +94,7 @@ pub struct FileReader<T> {
     record: ByteRecord,
     /// The file being read as an interned origin place, made at its first traced record.
     origin_place: Option<(String, OriginPlace)>,
+    row_lines: CsvRowLines,
 }
 
 /// How much of an oversized line a malformed record shows.
@@ -133,28 +134,47 @@ fn read_line(
     }
 }
 
-/// The 1-based line a malformed CSV row starts on, from where the csv crate started parsing
-/// it (`start`: byte offset and line): the empty lines it skipped are counted here, by
-/// reading them again, so that the hot path pays nothing for a row that decodes.
-fn csv_row_line(path: &str, start: (u64, u64)) -> Result<u64, BoxError> {
-    let (offset, mut line) = start;
-    let mut reader = open_at(path, offset)?;
-    loop {
-        let buffer = reader
-            .fill_buf()
-            .map_err(|e| format!("file source: cannot read `{path}` at byte {offset}: {e}"))?;
-        if buffer.is_empty() {
-            return Ok(line);
+/// The 1-based lines CSV rows start on, for the origins of malformed rows and of the
+/// records of traced attempts. The csv crate reports a row from where it began parsing it
+/// (`start`: byte offset and line), before the empty lines it skips; those are counted here by
+/// reading them again, so that the hot path pays nothing. The file stays open and is read
+/// forward from row to row, so that a traced attempt reads each file about twice, not once
+/// per row.
+#[derive(Default)]
+struct CsvRowLines {
+    /// The file open at a byte offset.
+    open: Option<(String, BufReader<File>, u64)>,
+}
+
+impl CsvRowLines {
+    fn line(&mut self, path: &str, start: (u64, u64)) -> Result<u64, BoxError> {
+        let (offset, mut line) = start;
+        let (mut reader, mut at) = match self.open.take() {
+            Some((open, reader, at)) if open == path && at <= offset => (reader, at),
+            _ => (open_at(path, offset)?, offset),
+        };
+        let skip = i64::try_from(offset - at).unwrap_or(i64::MAX);
+        reader
+            .seek_relative(skip)
+            .map_err(|e| format!("file source: cannot seek `{path}` to byte {offset}: {e}"))?;
+        at = offset;
+        loop {
+            let buffer = reader
+                .fill_buf()
+                .map_err(|e| format!("file source: cannot read `{path}` at byte {at}: {e}"))?;
+            let blank = buffer
+                .iter()
+                .take_while(|b| matches!(b, b'\n' | b'\r'))
+                .count();
+            line += buffer[..blank].iter().filter(|b| **b == b'\n').count() as u64;
+            let row_found = blank < buffer.len() || buffer.is_empty();
+            reader.consume(blank);
+            at += blank as u64;
+            if row_found {
+                self.open = Some((path.to_string(), reader, at));
+                return Ok(line);
+            }
         }
-        let blank = buffer
-            .iter()
-            .take_while(|b| matches!(b, b'\n' | b'\r'))
-            .count();
-        line += buffer[..blank].iter().filter(|b| **b == b'\n').count() as u64;
-        if blank < buffer.len() {
-            return Ok(line);
-        }
-        reader.consume(blank);
     }
 }
 
@@ -192,6 +212,7 @@ impl<T: Record> FileReader<T> {
             row_start: 0,
             record: ByteRecord::new(),
             origin_place: None,
+            row_lines: CsvRowLines::default(),
         }
     }
 
@@ -440,11 +461,11 @@ impl<T: Record> SourceReader for FileReader<T> {
             };
             match decoded {
                 Ok(record) => {
-                    // Made only when the attempt traces origins. A CSV row's line is where
-                    // the csv crate began parsing it (the blank lines it skips before a row
-                    // are counted only for malformed rows, below).
+                    // Made only when the attempt traces origins.
                     let position = self.record.position();
                     let cached = &mut self.origin_place;
+                    let row_lines = &mut self.row_lines;
+                    let row_start = self.row_start;
                     output.collect_from(record, || {
                         let place = match cached {
                             Some((path, place)) if path == file => *place,
@@ -455,7 +476,14 @@ impl<T: Record> SourceReader for FileReader<T> {
                             }
                         };
                         place.at(match (csv, position) {
-                            (Some((_, _, base_line)), Some(start)) => base_line + start.line() - 1,
+                            (Some((_, base_offset, base_line)), Some(start)) => {
+                                let parsed = base_line + start.line() - 1;
+                                // An origin is a diagnosis: a file that cannot be read again
+                                // leaves it at the line the parse began on.
+                                row_lines
+                                    .line(file, (base_offset + row_start, parsed))
+                                    .unwrap_or(parsed)
+                            }
                             _ => line,
                         })
                     });
@@ -465,7 +493,7 @@ impl<T: Record> SourceReader for FileReader<T> {
                     // A CSV row says where the csv crate began parsing it (before the empty
                     // lines it skips); the line it starts on is found from there.
                     let line = match (csv, self.record.position()) {
-                        (Some((_, base_offset, base_line)), Some(start)) => csv_row_line(
+                        (Some((_, base_offset, base_line)), Some(start)) => self.row_lines.line(
                             file,
                             (base_offset + self.row_start, base_line + start.line() - 1),
                         )?,
