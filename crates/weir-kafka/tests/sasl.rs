@@ -2,8 +2,8 @@
 //! other Kafka tests' memory storage, patched to take SCRAM and PLAIN credentials, started
 //! with `--authentication`; the user `WEIR_KAFKA_SASL_USERNAME` has PLAIN, SCRAM-SHA-256 and
 //! SCRAM-SHA-512 credentials): one over plaintext
-//! (`WEIR_KAFKA_SASL_BOOTSTRAP`), one behind stunnel's TLS (`WEIR_KAFKA_SASL_SSL_BOOTSTRAP`,
-//! certificate signed by `WEIR_KAFKA_SASL_CA`).
+//! (`WEIR_KAFKA_SASL_BOOTSTRAP`), one also started with `--cert` and `--key`, serving TLS
+//! itself (`WEIR_KAFKA_SASL_SSL_BOOTSTRAP`, certificate signed by `WEIR_KAFKA_SASL_CA`).
 //!
 //! - The reference pipeline (source → count → exactly-once sink) authenticates with
 //!   SCRAM-SHA-512 over TLS, is SIGKILLed between a checkpoint and its commit, and resumes;

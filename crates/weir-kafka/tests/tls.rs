@@ -1,6 +1,6 @@
 //! Kafka over TLS, against the test script's TLS broker (`WEIR_KAFKA_TLS_BOOTSTRAP`: tansu
-//! behind stunnel, with a certificate for 127.0.0.1 signed by the test CA
-//! `WEIR_KAFKA_TLS_CA`; its metadata advertises only the TLS port).
+//! started with `--cert` and `--key`, serving TLS on its only listener, with a certificate
+//! for 127.0.0.1 signed by the test CA `WEIR_KAFKA_TLS_CA`).
 //!
 //! - The reference pipeline (source → count → exactly-once sink) runs over TLS, is SIGKILLed
 //!   between a checkpoint and its commit, and resumes: the committed output, read back over

@@ -1,7 +1,14 @@
 //! tansu 0.6.0's broker without the rest of its command line (cat, perf, proxy, ...), which
 //! Weir's tests never use: `tansu broker --listener-url URL --advertised-listener-url URL
-//! --storage-engine URL [--authentication]`, as the full `tansu` binary takes them.
-use std::{error::Error, process::ExitCode};
+//! --storage-engine URL [--authentication] [--cert FILE --key FILE]`, as the full `tansu`
+//! binary takes them. With `--cert` and `--key` (PEM files) the listener serves TLS itself:
+//! tansu 0.6.0 builds the acceptor but never uses it, which tls-listener.patch mends.
+use std::{error::Error, path::PathBuf, process::ExitCode, sync::Arc};
+
+use rustls::{
+    ServerConfig,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+};
 
 use tansu_broker::{
     NODE_ID, TracingFormat, broker::Broker, coordinator::group::administrator::Controller, otel,
@@ -16,14 +23,19 @@ struct Arguments {
     advertised_listener: Url,
     storage_engine: Url,
     authentication: bool,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
 }
+
+const USAGE: &str = "usage: tansu broker --listener-url URL --advertised-listener-url URL --storage-engine URL [--authentication] [--cert FILE --key FILE]";
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Arguments, String> {
     if args.next().as_deref() != Some("broker") {
-        return Err("usage: tansu broker --listener-url URL --advertised-listener-url URL --storage-engine URL [--authentication]".into());
+        return Err(USAGE.into());
     }
     let (mut listener, mut advertised_listener, mut storage_engine) = (None, None, None);
     let mut authentication = false;
+    let (mut cert, mut key) = (None, None);
     while let Some(flag) = args.next() {
         let mut url = || -> Result<Option<Url>, String> {
             let value = args.next().ok_or(format!("{flag} needs a URL"))?;
@@ -36,6 +48,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Arguments, String> {
             "--advertised-listener-url" => advertised_listener = url()?,
             "--storage-engine" => storage_engine = url()?,
             "--authentication" => authentication = true,
+            "--cert" => cert = Some(PathBuf::from(args.next().ok_or("--cert needs a file")?)),
+            "--key" => key = Some(PathBuf::from(args.next().ok_or("--key needs a file")?)),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -44,7 +58,24 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Arguments, String> {
         advertised_listener: advertised_listener.ok_or("--advertised-listener-url is required")?,
         storage_engine: storage_engine.ok_or("--storage-engine is required")?,
         authentication,
+        cert,
+        key,
     })
+}
+
+/// The TLS configuration of `--cert` and `--key`: the certificate chain and its private key,
+/// PEM, with aws-lc-rs (tansu's own rustls provider) named so no process default is needed.
+fn tls_server_config(cert: &PathBuf, key: &PathBuf) -> Result<ServerConfig, Box<dyn Error>> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| format!("--cert {}: {err}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|err| format!("--key {}: {err}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?)
 }
 
 #[tokio::main]
@@ -54,6 +85,11 @@ async fn main() -> Result<ExitCode, Box<dyn Error>> {
         return Ok(ExitCode::SUCCESS);
     }
     let arguments = parse(std::env::args().skip(1))?;
+    let tls = match (&arguments.cert, &arguments.key) {
+        (Some(cert), Some(key)) => Some(tls_server_config(cert, key)?),
+        (None, None) => None,
+        _ => return Err("--cert and --key go together".into()),
+    };
     let _guard = otel::init(TracingFormat::Text)?;
     let started = Instant::now();
     let broker = Broker::<Controller<StorageContainer>, StorageContainer>::builder()
@@ -64,6 +100,7 @@ async fn main() -> Result<ExitCode, Box<dyn Error>> {
         .storage(arguments.storage_engine)
         .listener(arguments.listener)
         .authentication(arguments.authentication)
+        .tls_server_config(tls)
         .build()
         .await?;
     let code = broker.main(started).await?;
