@@ -446,14 +446,15 @@ fn bad_cluster_settings_name_the_setting() {
     assert!(stderr.contains("--slots"), "{stderr}");
 }
 
-/// A poison row — the aggregation panics on it, on every restart — makes the JobManager
-/// give up after the restart strategy's attempts, naming the file and line the row was read
-/// at: the origin travelled with the record from a source on one TaskManager through the
-/// network to the aggregation on another.
-#[test]
-fn a_poison_record_is_named_across_taskmanagers_when_restarts_give_up() {
-    let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
+/// A copy of the census data under `work/data`, with line `index` (0-based, the header is
+/// 0) of `file` edited field by field; the data directory and the edited file.
+fn census_data_with_line_edited(
+    work: &Path,
+    file: &str,
+    index: usize,
+    edit: impl FnOnce(&mut Vec<String>),
+) -> (PathBuf, PathBuf) {
+    let data = work.join("data");
     std::fs::create_dir_all(&data).unwrap();
     for entry in std::fs::read_dir(data_dir()).unwrap() {
         let path = entry.unwrap().path();
@@ -461,15 +462,27 @@ fn a_poison_record_is_named_across_taskmanagers_when_restarts_give_up() {
             std::fs::copy(&path, data.join(path.file_name().unwrap())).unwrap();
         }
     }
-    // Line 3001 of census-2.csv (row 3000 after the header) gets an occupation of its own.
-    let file = data.join("census-2.csv");
+    let file = data.join(file);
     let text = std::fs::read_to_string(&file).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
-    let mut fields: Vec<&str> = lines[3000].split(',').collect();
-    fields[3] = "Poison";
-    lines[3000] = fields.join(",");
+    let mut fields: Vec<String> = lines[index].split(',').map(String::from).collect();
+    edit(&mut fields);
+    lines[index] = fields.join(",");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    (data, file)
+}
 
+/// A poison row — the aggregation panics on it, on every restart — makes the JobManager
+/// give up after the restart strategy's attempts, naming the file and line the row was read
+/// at: the origin travelled with the record from a source on one TaskManager through the
+/// network to the aggregation on another.
+#[test]
+fn a_poison_record_is_named_across_taskmanagers_when_restarts_give_up() {
+    let work = tempfile::tempdir().unwrap();
+    // Line 3001 of census-2.csv (row 3000 after the header) gets an occupation of its own.
+    let (data, file) = census_data_with_line_edited(work.path(), "census-2.csv", 3000, |f| {
+        f[3] = "Poison".into()
+    });
     let data_arg = data.to_string_lossy().into_owned();
     let extra = ["--data", data_arg.as_str(), "--poison-occupation", "Poison"];
     let mut cluster = census_cluster_with(work.path(), "200000", &extra);
@@ -488,4 +501,47 @@ fn a_poison_record_is_named_across_taskmanagers_when_restarts_give_up() {
         .find(|l| l.contains("restart strategy gives up"))
         .unwrap_or_else(|| panic!("the restart strategy did not give up:\n{log}"));
     assert!(gave_up.contains(&named), "{gave_up}");
+    // The origin reached the JobManager as a value (`WeirError::record_origin`), not only
+    // inside the TaskManager's rendered message.
+    let origin = serde_json::json!({"file": {"file": file.to_str().unwrap(), "line": 3001}});
+    assert!(
+        log.contains(&format!("census: failing record {origin}")),
+        "the JobManager's error has no record origin ({origin}):\n{log}"
+    );
+}
+
+/// A row that cannot be decoded, read by a source on one TaskManager under the policy to
+/// fail, reaches the JobManager as the malformed record itself (`WeirError::malformed_record`):
+/// its file, line, column and text, as in one process.
+#[test]
+fn a_malformed_record_reaches_the_jobmanager_as_a_value() {
+    let work = tempfile::tempdir().unwrap();
+    let (data, file) =
+        census_data_with_line_edited(work.path(), "census-1.csv", 2000, |f| f[4] = "forty".into());
+    let data_arg = data.to_string_lossy().into_owned();
+    let mut cluster = census_cluster_with(work.path(), "200000", &["--data", data_arg.as_str()]);
+    cluster.start(3, 1);
+    let (status, out) = cluster.wait_jobmanager(Duration::from_secs(180));
+    let log = cluster.log("jobmanager-1.err");
+    assert!(!status.success(), "the job did not fail: {out}\n{log}");
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("census: malformed record "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no malformed record reached the JobManager:\n{}",
+                cluster.all_logs()
+            )
+        });
+    let record: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        record["origin"],
+        serde_json::json!({"file": {"file": file.to_str().unwrap(), "line": 2001}}),
+        "{line}"
+    );
+    assert_eq!(record["error"]["column"], "hours_per_week", "{line}");
+    assert!(
+        record["raw"].as_str().unwrap().contains(",forty,"),
+        "{line}"
+    );
 }

@@ -2,6 +2,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use weir::connectors::malformed::{MalformedRecord, MalformedRecordError, RecordOrigin};
 use weir::error::TaskError;
 use weir::graph::execution_graph::SubtaskRef;
 use weir::graph::ids::JobVertexId;
@@ -72,12 +73,94 @@ impl From<proto::Subtask> for SubtaskRef {
     }
 }
 
-/// The operator a task error happened in, and the error rendered.
-fn describe(error: &TaskError) -> (String, String) {
-    match error {
-        TaskError::Operator { operator, cause } => (operator.clone(), cause.to_string()),
-        other => (String::new(), other.to_string()),
+/// A task's failure as it crosses the wire: structured where the JobManager's callers look
+/// at it ([`TaskError::record_origin`], [`TaskError::malformed_record`]), rendered otherwise.
+struct FailureParts<'a> {
+    /// The operator of the chain it names, or empty.
+    operator: String,
+    /// Where the record it happened on was read, when the attempt traced it.
+    origin: Option<&'a RecordOrigin>,
+    /// The malformed record a source failed on.
+    malformed: Option<&'a MalformedRecord>,
+    /// The innermost cause, rendered.
+    message: String,
+}
+
+/// Takes the operator and the record's origin off the outside of `error` (the shape
+/// [`TaskError::at_record`] builds), so that the other side can put them back around the
+/// rendered cause and the error reads the same there.
+fn describe(error: &TaskError) -> FailureParts<'_> {
+    let mut operator = None;
+    let mut origin = None;
+    let mut cause = error;
+    loop {
+        match cause {
+            TaskError::Operator {
+                operator: name,
+                cause: inner,
+            } if operator.is_none() => {
+                operator = Some(name.clone());
+                cause = inner;
+            }
+            TaskError::AtRecord {
+                origin: at,
+                cause: inner,
+            } if origin.is_none() => {
+                origin = Some(at);
+                cause = inner;
+            }
+            _ => break,
+        }
     }
+    let malformed = match cause {
+        TaskError::MalformedRecord(e) => Some(&e.record),
+        _ => None,
+    };
+    FailureParts {
+        operator: operator.unwrap_or_default(),
+        origin,
+        malformed,
+        message: cause.to_string(),
+    }
+}
+
+/// The bytes of an optional value: empty for none.
+fn encode_optional<T: Serialize>(
+    what: &'static str,
+    value: Option<&T>,
+) -> Result<Vec<u8>, ClusterError> {
+    value.map_or(Ok(Vec::new()), |v| encode(what, v))
+}
+
+/// The error a task failed with, from its report: the operator and the record's origin
+/// around the cause, as [`describe`] took them off.
+fn failure_from_proto(f: proto::Failed) -> Result<TaskError, ClusterError> {
+    let cause = if f.malformed_record.is_empty() {
+        TaskError::Remote {
+            message: f.message,
+            secondary: f.secondary,
+        }
+    } else {
+        TaskError::MalformedRecord(MalformedRecordError {
+            record: decode("malformed record", &f.malformed_record)?,
+        })
+    };
+    let cause = if f.record_origin.is_empty() {
+        cause
+    } else {
+        TaskError::AtRecord {
+            origin: decode("record origin", &f.record_origin)?,
+            cause: Box::new(cause),
+        }
+    };
+    Ok(if f.operator.is_empty() {
+        cause
+    } else {
+        TaskError::Operator {
+            operator: f.operator,
+            cause: Box::new(cause),
+        }
+    })
 }
 
 /// A task's report as a control message of `run`; `None` for reports that stay in the
@@ -99,14 +182,16 @@ pub fn task_event_to_proto(
             error,
             metrics,
         } => {
-            let (operator, message) = describe(error);
+            let parts = describe(error);
             (
                 *task,
                 Kind::Failed(proto::Failed {
-                    operator,
-                    message,
+                    operator: parts.operator,
+                    message: parts.message,
                     secondary: error.is_secondary(),
                     metrics: encode("metrics", metrics)?,
+                    record_origin: encode_optional("record origin", parts.origin)?,
+                    malformed_record: encode_optional("malformed record", parts.malformed)?,
                 }),
             )
         }
@@ -170,6 +255,8 @@ pub fn unreportable(run: RunId, task: SubtaskRef, reason: &str) -> proto::TaskEv
             message: format!("its report could not be encoded: {reason}"),
             secondary: false,
             metrics: Vec::new(),
+            record_origin: Vec::new(),
+            malformed_record: Vec::new(),
         })),
     }
 }
@@ -194,22 +281,15 @@ pub fn task_event_from_proto(event: proto::TaskEvent) -> Result<TaskEvent, Clust
             metrics: decode::<Vec<OperatorMetrics>>("metrics", &f.metrics)?,
         },
         Kind::Failed(f) => {
-            let cause = TaskError::Remote {
-                message: f.message,
-                secondary: f.secondary,
-            };
-            let error = if f.operator.is_empty() {
-                cause
-            } else {
-                TaskError::Operator {
-                    operator: f.operator,
-                    cause: Box::new(cause),
-                }
+            // A task whose report could not be encoded sends no metrics (`unreportable`).
+            let metrics = match f.metrics.is_empty() {
+                true => Vec::new(),
+                false => decode("metrics", &f.metrics)?,
             };
             TaskEvent::Failed {
                 task,
-                error,
-                metrics: decode("metrics", &f.metrics)?,
+                error: failure_from_proto(f)?,
+                metrics,
             }
         }
         Kind::Acknowledge(a) => TaskEvent::Acknowledge {
@@ -292,6 +372,126 @@ mod tests {
             panic!("not a failure")
         };
         assert!(error.is_secondary());
+    }
+
+    /// The error a failure report of `error` becomes on the JobManager's side.
+    fn across_the_wire(error: TaskError) -> TaskError {
+        let event = TaskEvent::Failed {
+            task: task(),
+            error,
+            metrics: vec![],
+        };
+        let wire = task_event_to_proto(RunId::default(), &event)
+            .unwrap()
+            .unwrap();
+        let TaskEvent::Failed { error, .. } = task_event_from_proto(wire).unwrap() else {
+            panic!("not a failure")
+        };
+        error
+    }
+
+    #[test]
+    fn a_poison_records_origin_crosses_the_wire_as_a_value() {
+        let origin = RecordOrigin::Kafka {
+            topic: "orders".into(),
+            partition: 3,
+            offset: 1_234,
+        };
+        let sent = TaskError::Operator {
+            operator: "billing".into(),
+            cause: Box::new(TaskError::AtRecord {
+                origin: origin.clone(),
+                cause: Box::new(TaskError::UserPanic {
+                    message: "cannot bill".into(),
+                }),
+            }),
+        };
+        let rendered = sent.to_string();
+        let received = across_the_wire(sent);
+        assert_eq!(received.record_origin(), Some(&origin));
+        assert_eq!(received.to_string(), rendered);
+        assert!(received.may_come_from_user_code());
+        // The origin outside the operator reads the same too.
+        let file = RecordOrigin::File {
+            file: "orders-1.csv".into(),
+            line: 1_225,
+        };
+        let sent = TaskError::AtRecord {
+            origin: file.clone(),
+            cause: Box::new(TaskError::Operator {
+                operator: "billing".into(),
+                cause: Box::new(TaskError::Internal("boom".into())),
+            }),
+        };
+        let rendered = sent.to_string();
+        let received = across_the_wire(sent);
+        assert_eq!(received.record_origin(), Some(&file));
+        assert_eq!(received.to_string(), rendered);
+        // Without a traced record there is no origin.
+        assert_eq!(
+            across_the_wire(TaskError::Internal("boom".into())).record_origin(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_malformed_record_crosses_the_wire_as_a_value() {
+        let record = MalformedRecord {
+            origin: RecordOrigin::File {
+                file: "people.csv".into(),
+                line: 3,
+            },
+            error: weir::connectors::malformed::DecodeError::in_column("age", "not a number"),
+            raw: "ann,old".into(),
+        };
+        let sent = TaskError::Operator {
+            operator: "people".into(),
+            cause: Box::new(TaskError::MalformedRecord(MalformedRecordError {
+                record: record.clone(),
+            })),
+        };
+        let rendered = sent.to_string();
+        let received = across_the_wire(sent);
+        assert_eq!(received.malformed_record(), Some(&record));
+        assert_eq!(received.to_string(), rendered);
+        assert!(!received.is_secondary());
+    }
+
+    #[test]
+    fn an_undecodable_record_origin_is_a_codec_error() {
+        let wire = proto::TaskEvent {
+            run: None,
+            task: Some(task().into()),
+            kind: Some(proto::task_event::Kind::Failed(proto::Failed {
+                operator: "billing".into(),
+                message: "boom".into(),
+                secondary: false,
+                metrics: Vec::new(),
+                record_origin: vec![7, 0xff],
+                malformed_record: Vec::new(),
+            })),
+        };
+        let error = task_event_from_proto(wire).unwrap_err();
+        assert!(error.to_string().contains("record origin"), "{error}");
+    }
+
+    #[test]
+    fn an_unreportable_failure_arrives_as_the_tasks_failure() {
+        let wire = unreportable(RunId::default(), task(), "too large");
+        let TaskEvent::Failed {
+            task: t,
+            error,
+            metrics,
+        } = task_event_from_proto(wire).unwrap()
+        else {
+            panic!("not a failure")
+        };
+        assert_eq!(t, task());
+        assert!(metrics.is_empty());
+        assert_eq!(
+            error.to_string(),
+            "its report could not be encoded: too large"
+        );
     }
 
     #[test]

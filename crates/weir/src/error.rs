@@ -492,7 +492,7 @@ impl WeirError {
     /// Where the record the job failed on was read (file and line, or topic, partition and
     /// offset), when the failing attempt traced it: the attempts after a failure of user
     /// code do, so that a poison record which fails every restart is named when the restart
-    /// strategy gives up.
+    /// strategy gives up. In cluster mode the TaskManager's failure report carries it.
     pub fn record_origin(&self) -> Option<&crate::connectors::malformed::RecordOrigin> {
         match self {
             WeirError::JobFailed { failure, .. } => failure.cause.record_origin(),

@@ -149,7 +149,29 @@ fn run() -> Result<()> {
     if !args.quiet && role != Some(weir_cluster::Role::Taskmanager) {
         println!("{}", env.explain(census::JOB_NAME)?);
     }
-    let result = census::execute(&env, &options, &rows_read)?;
+    let result = match census::execute(&env, &options, &rows_read) {
+        Ok(result) => result,
+        Err(error) => {
+            // Where the record the job failed on was read, as a value a script can act on
+            // (fix that line, or skip it): the same in cluster mode as in one process.
+            let origin = error
+                .downcast_ref::<weir::WeirError>()
+                .and_then(weir::WeirError::record_origin);
+            if let Some(origin) = origin {
+                eprintln!("census: failing record {}", serde_json::to_string(origin)?);
+            }
+            let malformed = error
+                .downcast_ref::<weir::WeirError>()
+                .and_then(weir::WeirError::malformed_record);
+            if let Some(record) = malformed {
+                eprintln!(
+                    "census: malformed record {}",
+                    serde_json::to_string(record)?
+                );
+            }
+            return Err(error);
+        }
+    };
     if role == Some(weir_cluster::Role::Taskmanager) {
         println!("TaskManager: job `{}` {:?}", result.job_name, result.status);
         return Ok(());
