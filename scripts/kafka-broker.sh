@@ -8,10 +8,12 @@
 # broker from crates.io with that memory storage and six patches (scripts/tansu/*.patch: EndTxn
 # routed, SCRAM and PLAIN credentials read from the environment, no re-authentication asked
 # for, fetches from inside a batch, TLS served by the listener) into a binary of the broker
-# alone (scripts/tansu/broker), once per target directory (about 15 minutes). It runs three
+# alone (scripts/tansu/broker), once per target directory (about 15 minutes). It runs four
 # brokers:
 # - one serving TLS (`--cert`, `--key`), with a certificate for 127.0.0.1 and localhost
 #   signed by a test CA made here;
+# - one serving TLS that also requires a client certificate signed by that CA (`--client-ca`,
+#   mutual TLS; the client certificates are made here too);
 # - two requiring SASL authentication (`--authentication`: PLAIN, SCRAM-SHA-256 and
 #   SCRAM-SHA-512 with the test user's credentials), one over plaintext and one over TLS.
 #
@@ -87,45 +89,79 @@ tls_exports() {
     echo "export WEIR_KAFKA_TLS_UNTRUSTED_CA=$PWD/$TLS_DIR/untrusted-ca.crt"
 }
 
-# The TLS broker: the patched tansu serving TLS on its one port.
-start_tls() {
-    install_tls
-    install_sasl
-    if pid_running "$TLS_DIR/broker.pid" && listening "$(cat "$TLS_DIR/port")"; then
-        tls_exports "$(cat "$TLS_DIR/port")"
+mtls_exports() {
+    echo "export WEIR_KAFKA_MTLS_BOOTSTRAP=127.0.0.1:$1"
+    echo "export WEIR_KAFKA_TLS_CLIENT_CERT=$PWD/$TLS_DIR/client.crt"
+    echo "export WEIR_KAFKA_TLS_CLIENT_KEY=$PWD/$TLS_DIR/client.key"
+    echo "export WEIR_KAFKA_TLS_STRANGER_CERT=$PWD/$TLS_DIR/stranger.crt"
+    echo "export WEIR_KAFKA_TLS_STRANGER_KEY=$PWD/$TLS_DIR/stranger.key"
+}
+
+# Where the TLS broker $1 keeps its pid, port and log.
+tls_broker_dir() {
+    case "$1" in
+        tls) echo "$TLS_DIR" ;;
+        mtls) echo "$TLS_DIR/mtls" ;;
+    esac
+}
+
+# A broker of the patched tansu serving TLS on its one port: `tls` with the server
+# certificate only, `mtls` also requiring a client certificate the test CA signed.
+start_tls_broker() {
+    local name="$1" dir port flags
+    dir=$(tls_broker_dir "$name")
+    mkdir -p "$dir"
+    if pid_running "$dir/broker.pid" && listening "$(cat "$dir/port")"; then
+        "${name}_exports" "$(cat "$dir/port")"
         return
     fi
-    stop_tls
-    local port
+    stop_tls_broker "$name"
+    flags=$(tls_listener_flags)
+    [ "$name" = mtls ] && flags="$flags --client-ca $PWD/$TLS_DIR/ca.crt"
     port=$(free_port)
-    # shellcheck disable=SC2046 # the flags are words
+    # shellcheck disable=SC2086 # the flags are words
     nohup "$SASL_BIN" broker \
         --listener-url "tcp://127.0.0.1:$port" \
         --advertised-listener-url "tcp://127.0.0.1:$port" \
-        --storage-engine "memory://tansu/" $(tls_listener_flags) >"$TLS_DIR/broker.log" 2>&1 &
-    echo $! >"$TLS_DIR/broker.pid"
-    echo "$port" >"$TLS_DIR/port"
-    if wait_listening "$port" && pid_running "$TLS_DIR/broker.pid"; then
-        log "TLS broker on 127.0.0.1:$port (tansu pid $(cat "$TLS_DIR/broker.pid"))"
-        tls_exports "$port"
+        --storage-engine "memory://tansu/" $flags >"$dir/broker.log" 2>&1 &
+    echo $! >"$dir/broker.pid"
+    echo "$port" >"$dir/port"
+    if wait_listening "$port" && pid_running "$dir/broker.pid"; then
+        log "$name broker on 127.0.0.1:$port (tansu pid $(cat "$dir/broker.pid"))"
+        "${name}_exports" "$port"
         echo "export WEIR_KAFKA_TLS_STARTED=1"
         return
     fi
-    log "error: the TLS broker did not start on 127.0.0.1:$port; its log:"
-    cat "$TLS_DIR/broker.log" >&2
+    log "error: the $name broker did not start on 127.0.0.1:$port; its log:"
+    cat "$dir/broker.log" >&2
     exit 1
 }
 
-stop_tls() {
-    if pid_running "$TLS_DIR/broker.pid"; then
-        kill "$(cat "$TLS_DIR/broker.pid")"
-        log "stopped the TLS broker (pid $(cat "$TLS_DIR/broker.pid"))"
+stop_tls_broker() {
+    local dir
+    dir=$(tls_broker_dir "$1")
+    if pid_running "$dir/broker.pid"; then
+        kill "$(cat "$dir/broker.pid")"
+        log "stopped the $1 broker (pid $(cat "$dir/broker.pid"))"
     fi
     # (stunnel.pid: what a checkout from before tls-listener.patch started)
-    if pid_running "$TLS_DIR/stunnel.pid"; then
-        kill "$(cat "$TLS_DIR/stunnel.pid")"
+    if pid_running "$dir/stunnel.pid"; then
+        kill "$(cat "$dir/stunnel.pid")"
     fi
-    rm -f "$TLS_DIR/broker.pid" "$TLS_DIR/stunnel.pid" "$TLS_DIR/port"
+    rm -f "$dir/broker.pid" "$dir/stunnel.pid" "$dir/port"
+}
+
+# The TLS brokers: one with a server certificate, one requiring client certificates.
+start_tls() {
+    install_tls
+    install_sasl
+    start_tls_broker tls
+    start_tls_broker mtls
+}
+
+stop_tls() {
+    stop_tls_broker tls
+    stop_tls_broker mtls
 }
 
 # Downloads crate $1 0.6.0 from crates.io into $SASL_TOOLS/src, checking its sha256 ($2,

@@ -1,7 +1,8 @@
 //! How a connection to Kafka is secured, read from the librdkafka (and Kafka client)
 //! properties users already write: `security.protocol`, `ssl.ca.location`,
-//! `ssl.endpoint.identification.algorithm`, `sasl.mechanism(s)`, `sasl.username`,
-//! `sasl.password`.
+//! `ssl.endpoint.identification.algorithm`, `ssl.certificate.location` and
+//! `ssl.key.location` (a client certificate, for brokers that require mutual TLS),
+//! `sasl.mechanism(s)`, `sasl.username`, `sasl.password`.
 //!
 //! librdkafka applies these itself for the source and the sinks; this module checks them
 //! up front (a typo fails the job at build time, naming the property, instead of as a
@@ -62,6 +63,131 @@ pub enum SaslMechanism {
     OAuthBearer,
 }
 
+/// A client certificate for mutual TLS: the PEM files of `ssl.certificate.location` (the
+/// certificate, then any intermediates) and `ssl.key.location` (its unencrypted private key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// `ssl.certificate.location`.
+    pub certificate: PathBuf,
+    /// `ssl.key.location`.
+    pub key: PathBuf,
+}
+
+impl ClientCertificate {
+    /// The client certificate the two properties name, checked: both or neither, and files
+    /// that exist.
+    fn from_properties(
+        certificate: Option<String>,
+        key: Option<String>,
+    ) -> Result<Option<Self>, KafkaError> {
+        let (certificate, key) = match (certificate, key) {
+            (None, None) => return Ok(None),
+            (Some(certificate), Some(key)) => (PathBuf::from(certificate), PathBuf::from(key)),
+            (Some(_), None) => {
+                return Err(config_error(
+                    "`ssl.certificate.location` is set without `ssl.key.location`: a client certificate needs its private key".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(config_error(
+                    "`ssl.key.location` is set without `ssl.certificate.location`: a private key needs its certificate".into(),
+                ))
+            }
+        };
+        for (property, path) in [
+            ("ssl.certificate.location", &certificate),
+            ("ssl.key.location", &key),
+        ] {
+            if !path.is_file() {
+                return Err(config_error(format!(
+                    "`{property}` = {}: no such file",
+                    path.display()
+                )));
+            }
+        }
+        Ok(Some(Self { certificate, key }))
+    }
+
+    /// The certificate chain and the private key, read from their PEM files.
+    fn load(
+        &self,
+    ) -> Result<
+        (
+            Vec<rustls::pki_types::CertificateDer<'static>>,
+            rustls::pki_types::PrivateKeyDer<'static>,
+        ),
+        KafkaError,
+    > {
+        let open = |property: &str, path: &PathBuf| {
+            File::open(path)
+                .map(BufReader::new)
+                .map_err(|e| config_error(format!("`{property}` = {}: {e}", path.display())))
+        };
+        let chain =
+            rustls_pemfile::certs(&mut open("ssl.certificate.location", &self.certificate)?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    config_error(format!(
+                        "`ssl.certificate.location` = {}: not PEM certificates: {e}",
+                        self.certificate.display()
+                    ))
+                })?;
+        if chain.is_empty() {
+            return Err(config_error(format!(
+                "`ssl.certificate.location` = {}: holds no PEM certificate",
+                self.certificate.display()
+            )));
+        }
+        let key = rustls_pemfile::private_key(&mut open("ssl.key.location", &self.key)?)
+            .map_err(|e| {
+                config_error(format!(
+                    "`ssl.key.location` = {}: not a PEM private key: {e}",
+                    self.key.display()
+                ))
+            })?
+            .ok_or_else(|| {
+                config_error(format!(
+                    "`ssl.key.location` = {}: holds no unencrypted PEM private key (PKCS #8, PKCS #1 or SEC1)",
+                    self.key.display()
+                ))
+            })?;
+        Ok((chain, key))
+    }
+}
+
+/// Why the broker ended a TLS connection with `error`, when that says it refused the
+/// client's certificate (or that it wants one): a hint that names the properties to check.
+/// In TLS 1.3 the broker judges the client's certificate after the client's side of the
+/// handshake is done, so this arrives as the answer to the first request.
+pub(crate) fn client_certificate_refusal(error: &rustls::Error, presented: bool) -> Option<String> {
+    use rustls::AlertDescription as Alert;
+    let rustls::Error::AlertReceived(alert) = error else {
+        return None;
+    };
+    if !matches!(
+        alert,
+        Alert::CertificateRequired
+            | Alert::BadCertificate
+            | Alert::UnknownCA
+            | Alert::CertificateUnknown
+            | Alert::CertificateRevoked
+            | Alert::CertificateExpired
+            | Alert::UnsupportedCertificate
+            | Alert::AccessDenied
+    ) {
+        return None;
+    }
+    Some(if presented {
+        format!(
+            "the broker refused the client certificate ({error}): check that `ssl.certificate.location` holds a certificate signed by a CA the broker trusts, with `ssl.key.location` its key"
+        )
+    } else {
+        format!(
+            "the broker requires a client certificate ({error}): set `ssl.certificate.location` and `ssl.key.location`"
+        )
+    })
+}
+
 /// The checked security settings of a connection. Its `Debug` form shows no secret.
 #[derive(Clone)]
 pub struct ConnectionSecurity {
@@ -73,6 +199,10 @@ pub struct ConnectionSecurity {
     /// Whether the broker's certificate must name the host connected to
     /// (`ssl.endpoint.identification.algorithm` = `https`, the default, or `none`).
     pub verify_hostname: bool,
+    /// `ssl.certificate.location` and `ssl.key.location`: the PEM files of the client's
+    /// certificate (chain) and its private key, presented to brokers that authenticate
+    /// clients by certificate (Kafka's `ssl.client.auth=required`).
+    pub client_certificate: Option<ClientCertificate>,
     /// `sasl.mechanism`, when the protocol uses SASL.
     pub sasl_mechanism: Option<SaslMechanism>,
     /// `sasl.username`.
@@ -90,6 +220,7 @@ impl std::fmt::Debug for ConnectionSecurity {
             .field("protocol", &self.protocol)
             .field("ca_location", &self.ca_location)
             .field("verify_hostname", &self.verify_hostname)
+            .field("client_certificate", &self.client_certificate)
             .field("sasl_mechanism", &self.sasl_mechanism)
             .field("sasl_username", &self.sasl_username)
             .field(
@@ -141,6 +272,7 @@ impl ConnectionSecurity {
             protocol: SecurityProtocol::Plaintext,
             ca_location: None,
             verify_hostname: true,
+            client_certificate: None,
             sasl_mechanism: None,
             sasl_username: None,
             sasl_password: None,
@@ -205,6 +337,14 @@ impl ConnectionSecurity {
                 )))
             }
         };
+        let client_certificate = if protocol.uses_tls() {
+            ClientCertificate::from_properties(
+                get("ssl.certificate.location"),
+                get("ssl.key.location"),
+            )?
+        } else {
+            None
+        };
         let mechanism = get("sasl.mechanism").or_else(|| get("sasl.mechanisms"));
         let sasl_username = get("sasl.username");
         let sasl_password = properties.get("sasl.password").cloned();
@@ -256,10 +396,10 @@ impl ConnectionSecurity {
         };
         let mut log_reader_unsupported: Vec<String> = [
             "ssl.ca.pem",
-            "ssl.certificate.location",
             "ssl.certificate.pem",
-            "ssl.key.location",
             "ssl.key.pem",
+            // An encrypted private key: the log reader's TLS reads unencrypted PEM keys only.
+            "ssl.key.password",
             "ssl.keystore.location",
             "ssl.ca.certificate.stores",
             "ssl.engine.location",
@@ -277,6 +417,7 @@ impl ConnectionSecurity {
             protocol,
             ca_location,
             verify_hostname,
+            client_certificate,
             sasl_mechanism,
             sasl_username,
             sasl_password,
@@ -290,7 +431,8 @@ impl ConnectionSecurity {
     }
 
     /// The TLS client configuration for the log reader, when the protocol uses TLS: the CAs
-    /// of `ssl.ca.location` (or the system's), and host-name checks unless turned off.
+    /// of `ssl.ca.location` (or the system's), host-name checks unless turned off, and the
+    /// client certificate of `ssl.certificate.location`, if any.
     pub fn tls_config(&self) -> Result<Option<Arc<ClientConfig>>, KafkaError> {
         if !self.protocol.uses_tls() {
             return Ok(None);
@@ -358,8 +500,24 @@ impl ConnectionSecurity {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| config_error(format!("TLS setup: {e}")))?;
+        let client_auth =
+            |builder: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>| {
+                match &self.client_certificate {
+                    None => Ok(builder.with_no_client_auth()),
+                    Some(certificate) => {
+                        let (chain, key) = certificate.load()?;
+                        builder.with_client_auth_cert(chain, key).map_err(|e| {
+                            config_error(format!(
+                                "`ssl.certificate.location` = {} and `ssl.key.location` = {}: {e}",
+                                certificate.certificate.display(),
+                                certificate.key.display()
+                            ))
+                        })
+                    }
+                }
+            };
         let config = if self.verify_hostname {
-            builder.with_root_certificates(roots).with_no_client_auth()
+            client_auth(builder.with_root_certificates(roots))?
         } else {
             // The chain must lead to a trusted CA; the name may be another host's
             // (librdkafka's behaviour).
@@ -367,13 +525,23 @@ impl ConnectionSecurity {
                 .build()
                 .map_err(|e| config_error(format!("TLS setup: {e}")))?;
             let verifier = ChainOnlyVerifier(webpki);
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth()
+            client_auth(
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(verifier)),
+            )?
         };
         Ok(Some(Arc::new(config)))
     }
+}
+
+/// [`client_certificate_refusal`] of an I/O error that carries a TLS error.
+pub(crate) fn io_client_certificate_refusal(
+    error: &std::io::Error,
+    security: &ConnectionSecurity,
+) -> Option<String> {
+    let tls = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    client_certificate_refusal(tls, security.client_certificate.is_some())
 }
 
 /// Why a TLS handshake with the first of `bootstrap_servers` that answers fails, or `None`
@@ -408,12 +576,39 @@ pub(crate) fn tls_diagnosis(
         };
         while session.is_handshaking() {
             if let Err(e) = session.complete_io(&mut socket) {
+                if let Some(refusal) = io_client_certificate_refusal(&e, security) {
+                    return Some(format!("TLS handshake with {server} failed: {refusal}"));
+                }
                 return Some(format!(
                     "TLS handshake with {server} failed: {e}; check that `ssl.ca.location` holds the CA that signed the broker's certificate and that the certificate names `{host}`"
                 ));
             }
         }
-        return None;
+        // A broker that refuses the client's certificate says so right after the handshake
+        // (TLS 1.3): send the client's last handshake message, and wait briefly for that
+        // alert. Silence means the certificate was accepted.
+        while session.wants_write() {
+            if session.write_tls(&mut socket).is_err() {
+                return None;
+            }
+        }
+        let _ = socket.set_read_timeout(Some(timeout.min(std::time::Duration::from_secs(2))));
+        loop {
+            match session.read_tls(&mut socket) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => match session.process_new_packets() {
+                    Err(e) => {
+                        return client_certificate_refusal(
+                            &e,
+                            security.client_certificate.is_some(),
+                        )
+                        .map(|refusal| format!("TLS connection to {server}: {refusal}"));
+                    }
+                    // Session tickets and the like: keep reading until the alert or silence.
+                    Ok(_) => continue,
+                },
+            }
+        }
     }
     None
 }
@@ -557,15 +752,96 @@ mod tests {
         let s = ConnectionSecurity::from_properties(&props(&[
             ("security.protocol", "ssl"),
             ("ssl.certificate.location", "/etc/hostname"),
+            ("ssl.key.location", "/etc/hostname"),
+            ("ssl.key.password", "k3y"),
             ("enable.ssl.certificate.verification", "false"),
         ]))
         .unwrap();
+        // The client certificate is the reader's too; an encrypted key is not.
         assert_eq!(
-            s.log_reader_unsupported.len(),
-            2,
-            "{:?}",
-            s.log_reader_unsupported
+            s.log_reader_unsupported,
+            vec![
+                "`ssl.key.password`".to_string(),
+                "`enable.ssl.certificate.verification=false`".to_string()
+            ]
         );
+        assert!(s.client_certificate.is_some());
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key_and_existing_files() {
+        let cases: [(&[(&str, &str)], &str); 3] = [
+            (
+                &[("ssl.certificate.location", "/etc/hostname")],
+                "`ssl.certificate.location` is set without `ssl.key.location`",
+            ),
+            (
+                &[("ssl.key.location", "/etc/hostname")],
+                "`ssl.key.location` is set without `ssl.certificate.location`",
+            ),
+            (
+                &[
+                    ("ssl.certificate.location", "/etc/hostname"),
+                    ("ssl.key.location", "/nonexistent/client.key"),
+                ],
+                "`ssl.key.location` = /nonexistent/client.key: no such file",
+            ),
+        ];
+        for (properties, says) in cases {
+            let mut all = vec![("security.protocol", "ssl")];
+            all.extend_from_slice(properties);
+            let error = ConnectionSecurity::from_properties(&props(&all))
+                .err()
+                .unwrap_or_else(|| panic!("{properties:?} accepted"))
+                .to_string();
+            assert!(error.contains(says), "{error}");
+        }
+        // Without TLS they are not used (librdkafka ignores them too).
+        let plaintext =
+            ConnectionSecurity::from_properties(&props(&[("ssl.key.location", "/etc/hostname")]))
+                .unwrap();
+        assert!(plaintext.client_certificate.is_none());
+    }
+
+    #[test]
+    fn a_client_key_file_without_a_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("client.key");
+        std::fs::write(&key, "not a key\n").unwrap();
+        let ca = dir.path().join("ca.pem");
+        let key_pair = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        std::fs::write(&ca, params.self_signed(&key_pair).unwrap().pem()).unwrap();
+        let s = ConnectionSecurity::from_properties(&props(&[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", ca.to_str().unwrap()),
+            ("ssl.certificate.location", ca.to_str().unwrap()),
+            ("ssl.key.location", key.to_str().unwrap()),
+        ]))
+        .unwrap();
+        let error = s.tls_config().unwrap_err().to_string();
+        assert!(error.contains("`ssl.key.location`"), "{error}");
+    }
+
+    #[test]
+    fn a_refused_client_certificate_is_told_from_a_missing_one() {
+        use rustls::AlertDescription as Alert;
+        let required = rustls::Error::AlertReceived(Alert::CertificateRequired);
+        let unknown = rustls::Error::AlertReceived(Alert::UnknownCA);
+        let missing = client_certificate_refusal(&required, false).unwrap();
+        assert!(
+            missing.contains("requires a client certificate"),
+            "{missing}"
+        );
+        let refused = client_certificate_refusal(&unknown, true).unwrap();
+        assert!(
+            refused.contains("refused the client certificate"),
+            "{refused}"
+        );
+        // Other alerts are no verdict on the client's certificate.
+        let other = rustls::Error::AlertReceived(Alert::ProtocolVersion);
+        assert!(client_certificate_refusal(&other, true).is_none());
     }
 
     #[test]

@@ -95,8 +95,30 @@ struct Fetched {
 }
 
 /// A connection's byte stream: TCP, or TLS over TCP.
-trait ByteStream: Read + Write + Send {}
-impl<T: Read + Write + Send> ByteStream for T {}
+trait ByteStream: Read + Write + Send {
+    /// The TLS error the peer sent before the connection failed (its alert), if any: a
+    /// write that failed on a closed connection hides the alert waiting to be read.
+    fn received_tls_error(&mut self) -> Option<rustls::Error> {
+        None
+    }
+}
+
+impl ByteStream for TcpStream {}
+
+impl ByteStream for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn received_tls_error(&mut self) -> Option<rustls::Error> {
+        loop {
+            match self.conn.read_tls(&mut self.sock) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    if let Err(e) = self.conn.process_new_packets() {
+                        return Some(e);
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// A blocking connection to one broker.
 struct BrokerConnection {
@@ -149,11 +171,12 @@ impl BrokerConnection {
                 let mut stream = rustls::StreamOwned::new(session, stream);
                 // Complete the handshake here, so that a certificate the CA does not sign
                 // is reported as that rather than as a failed first request.
+                let presented = config.client_auth_cert_resolver.has_certs();
                 while stream.conn.is_handshaking() {
                     stream
                         .conn
                         .complete_io(&mut stream.sock)
-                        .map_err(|e| tls_error(address, e))?;
+                        .map_err(|e| tls_error(address, e, presented))?;
                 }
                 Box::new(stream)
             }
@@ -165,8 +188,28 @@ impl BrokerConnection {
             versions: HashMap::new(),
             session_renewal: None,
         };
-        let response: ApiVersionsResponse =
-            connection.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())?;
+        let first = connection.send(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default());
+        let response: ApiVersionsResponse = match (first, tls) {
+            (Ok(response), _) => response,
+            // In TLS 1.3 a broker refuses the client's certificate after the handshake: its
+            // alert is the answer to the first request, or waits behind the failed write of
+            // it when the broker closed the connection first.
+            (Err(KafkaError::BrokerIo { source, .. }), Some(config)) => {
+                let presented = config.client_auth_cert_resolver.has_certs();
+                let alert = match client_certificate_alert(&source) {
+                    Some(_) => None,
+                    None if closed(&source) => connection.stream.received_tls_error(),
+                    None => None,
+                };
+                match alert {
+                    Some(alert) => {
+                        return Err(tls_error(address, std::io::Error::other(alert), presented))
+                    }
+                    None => return Err(tls_error_or_io(address, source, presented)),
+                }
+            }
+            (Err(e), _) => return Err(e),
+        };
         if response.error_code != 0 {
             return Err(connection.protocol_error(format!(
                 "ApiVersions failed with error code {}",
@@ -277,8 +320,44 @@ impl BrokerConnection {
     }
 }
 
-/// A failed TLS handshake as an error that says what to check.
-fn tls_error(address: &str, error: std::io::Error) -> KafkaError {
+/// Whether an I/O error says the peer closed the connection.
+fn closed(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof
+    )
+}
+
+/// A failed first request over TLS: the client certificate's refusal when that is what it
+/// says, the I/O error otherwise.
+fn tls_error_or_io(address: &str, error: std::io::Error, presented: bool) -> KafkaError {
+    match client_certificate_alert(&error) {
+        Some(_) => tls_error(address, error, presented),
+        None => KafkaError::BrokerIo {
+            broker: address.to_string(),
+            source: error,
+        },
+    }
+}
+
+/// The TLS error an I/O error carries, when it is the broker refusing a client certificate.
+fn client_certificate_alert(error: &std::io::Error) -> Option<&rustls::Error> {
+    let tls = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    crate::security::client_certificate_refusal(tls, false).map(|_| tls)
+}
+
+/// A failed TLS handshake as an error that says what to check; `presented`: whether the
+/// client offered a certificate of its own.
+fn tls_error(address: &str, error: std::io::Error, presented: bool) -> KafkaError {
+    if let Some(refusal) = client_certificate_alert(&error)
+        .and_then(|tls| crate::security::client_certificate_refusal(tls, presented))
+    {
+        return KafkaError::Protocol {
+            broker: address.to_string(),
+            message: format!("TLS handshake failed: {refusal}"),
+        };
+    }
     let certificate = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
