@@ -16,7 +16,7 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use weir_kafka::client_config::KafkaConnection;
@@ -88,20 +88,6 @@ fn kafka_count(work: &Path, input: &str, output: &str, identity: Identity) -> Co
     command
 }
 
-fn run(mut command: Command, what: &str) -> Output {
-    let output = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run weir-kafka-count");
-    eprintln!(
-        "{what}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
 #[test]
 fn the_exactly_once_pipeline_presents_its_client_certificate_and_survives_a_kill() {
     let client = connection(Identity::Client);
@@ -133,7 +119,7 @@ fn the_exactly_once_pipeline_presents_its_client_certificate_and_survives_a_kill
     ] {
         let mut refused = kafka_count(work.path(), &input, &output, identity);
         refused.arg("--resume");
-        let refused = run(refused, says);
+        let refused = common::run_job(refused, says);
         assert!(!refused.status.success(), "a resume that should fail ran");
         let last = common::last_error_line(&refused);
         assert!(
@@ -149,7 +135,7 @@ fn the_exactly_once_pipeline_presents_its_client_certificate_and_survives_a_kill
     //    output is exact.
     let mut good = kafka_count(work.path(), &input, &output, Identity::Client);
     good.arg("--resume");
-    let finished = run(good, "resume over mutual TLS");
+    let finished = common::run_job(good, "resume over mutual TLS");
     assert!(finished.status.success(), "the resumed run failed");
     let committed = word_count::committed_counts_over(&client, &output, PARTITIONS)
         .expect("read the output over mutual TLS");

@@ -110,49 +110,6 @@ fn kafka_count(
     command
 }
 
-/// Runs `command` to its end (at most 3 minutes), its output captured in files so that a
-/// hung job fails the test instead of hanging it.
-fn run(mut command: Command, what: &str) -> Output {
-    let captured = tempfile::tempdir().expect("capture dir");
-    let file = |name: &str| std::fs::File::create(captured.path().join(name)).expect("capture");
-    let mut child = command
-        .stdout(file("stdout"))
-        .stderr(file("stderr"))
-        .spawn()
-        .expect("spawn weir-kafka-count");
-    let read = |name: &str| std::fs::read(captured.path().join(name)).expect("captured output");
-    let limit = Duration::from_secs(180);
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for weir-kafka-count") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = String::from_utf8_lossy(&read("stderr")).into_owned();
-            let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            panic!(
-                "{what}: the job did not finish within {limit:?}; the end of its log:\n{}",
-                tail.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = Output {
-        status,
-        stdout: read("stdout"),
-        stderr: read("stderr"),
-    };
-    eprintln!(
-        "{what}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
 /// Asserts that neither password appears in a process's output.
 fn assert_no_secret(output: &Output, what: &str) {
     for stream in [&output.stdout, &output.stderr] {
@@ -166,7 +123,7 @@ fn assert_no_secret(output: &Output, what: &str) {
 /// Runs `command`, a job whose `mechanism` login the broker refuses, and asserts that it
 /// fails naming the refused login and the setting to check, with no password in its output.
 fn assert_refused_login(command: Command, what: &str, mechanism: &str) {
-    let refused = run(command, what);
+    let refused = common::run_job(command, what);
     assert!(!refused.status.success(), "{what}: the job ran");
     assert_no_secret(&refused, what);
     let last = common::last_error_line(&refused);
@@ -239,7 +196,7 @@ fn the_exactly_once_pipeline_authenticates_with_scram_over_tls_survives_a_kill_a
         OPERATION_TIMEOUT_MS,
     );
     resumed.arg("--resume");
-    let finished = run(resumed, "resume over SASL_SSL");
+    let finished = common::run_job(resumed, "resume over SASL_SSL");
     assert!(finished.status.success(), "the resumed run failed");
     assert_no_secret(&finished, "the resumed run");
     let committed = word_count::committed_counts_over(&good, &output, PARTITIONS)
@@ -276,7 +233,7 @@ fn run_each_guarantee(
         );
         command.args(["--guarantee", guarantee]);
         let what = format!("{mechanism} {guarantee}");
-        let finished = run(command, &what);
+        let finished = common::run_job(command, &what);
         assert!(finished.status.success(), "the {what} run failed");
         assert_no_secret(&finished, &what);
         let committed = word_count::committed_counts_over(&good, &output, PARTITIONS)

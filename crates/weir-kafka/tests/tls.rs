@@ -14,7 +14,7 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use weir_kafka::client_config::KafkaConnection;
@@ -63,21 +63,6 @@ fn kafka_count(work: &Path, input: &str, output: &str, ca_file: &str) -> Command
     command
 }
 
-fn run(mut command: Command, what: &str) -> Output {
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn weir-kafka-count");
-    let output = child.wait_with_output().expect("wait");
-    eprintln!(
-        "{what}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
 #[test]
 fn the_exactly_once_pipeline_runs_over_tls_survives_a_kill_and_refuses_an_untrusted_ca() {
     let good_ca = ca("WEIR_KAFKA_TLS_CA");
@@ -106,7 +91,7 @@ fn the_exactly_once_pipeline_runs_over_tls_survives_a_kill_and_refuses_an_untrus
     // 2. Resumed trusting another CA: fails, naming the certificate problem; nothing changes.
     let mut wrong = kafka_count(work.path(), &input, &output, &wrong_ca);
     wrong.arg("--resume");
-    let refused = run(wrong, "resume with an untrusted CA");
+    let refused = common::run_job(wrong, "resume with an untrusted CA");
     assert!(!refused.status.success(), "a resume with the wrong CA ran");
     let last = common::last_error_line(&refused);
     assert!(
@@ -122,7 +107,7 @@ fn the_exactly_once_pipeline_runs_over_tls_survives_a_kill_and_refuses_an_untrus
     // 3. Resumed with the right CA: the pending transaction is settled and the output exact.
     let mut good = kafka_count(work.path(), &input, &output, &good_ca);
     good.arg("--resume");
-    let finished = run(good, "resume over TLS");
+    let finished = common::run_job(good, "resume over TLS");
     assert!(finished.status.success(), "the resumed run failed");
     let committed = word_count::committed_counts_over(&connection, &output, PARTITIONS)
         .expect("read the output over TLS");

@@ -107,16 +107,7 @@ impl ByteStream for TcpStream {}
 
 impl ByteStream for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
     fn received_tls_error(&mut self) -> Option<rustls::Error> {
-        loop {
-            match self.conn.read_tls(&mut self.sock) {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {
-                    if let Err(e) = self.conn.process_new_packets() {
-                        return Some(e);
-                    }
-                }
-            }
-        }
+        crate::security::received_tls_error(&mut self.conn, &mut self.sock)
     }
 }
 

@@ -171,3 +171,46 @@ pub fn last_error_line(output: &Output) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// Runs `command` to its end (at most 3 minutes), its output captured in files so that a
+/// hung job fails the test instead of hanging it.
+pub fn run_job(mut command: std::process::Command, what: &str) -> Output {
+    let captured = tempfile::tempdir().expect("capture dir");
+    let file = |name: &str| std::fs::File::create(captured.path().join(name)).expect("capture");
+    let mut child = command
+        .stdout(file("stdout"))
+        .stderr(file("stderr"))
+        .spawn()
+        .expect("spawn weir-kafka-count");
+    let read = |name: &str| std::fs::read(captured.path().join(name)).expect("captured output");
+    let limit = Duration::from_secs(180);
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for weir-kafka-count") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&read("stderr")).into_owned();
+            let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{what}: the job did not finish within {limit:?}; the end of its log:\n{}",
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: read("stdout"),
+        stderr: read("stderr"),
+    };
+    eprintln!(
+        "{what}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
