@@ -45,15 +45,21 @@ impl Rng {
 
 /// Waits for `child`; after `limit` it is killed and the test fails, naming `what`.
 pub fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    wait_or_kill(child, limit)
+        .unwrap_or_else(|| panic!("{what}: the job did not finish within {limit:?}"))
+}
+
+/// `child`'s status, or `None` once `limit` has passed and it was killed.
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return status;
+            return Some(status);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what}: the job did not finish within {limit:?}");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -70,9 +76,25 @@ pub fn wait_with_stderr(child: &mut Child, limit: Duration, what: &str) -> (Exit
             text
         })
     });
-    let status = wait_bounded(child, limit, what);
+    let status = wait_or_kill(child, limit);
     let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
-    (status, stderr)
+    match status {
+        Some(status) => (status, stderr),
+        // What a hung process last wrote is what tells why it hung.
+        None => panic!(
+            "{what}: the job did not finish within {limit:?}; its standard error ends with:\n{}",
+            tail(&stderr, 4_000)
+        ),
+    }
+}
+
+/// The last `max` bytes of `text` (or all of it), cut at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
 }
 
 /// Runs the command `make` gives until one run succeeds, at most `attempts` times; the last

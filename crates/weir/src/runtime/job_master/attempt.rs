@@ -485,6 +485,10 @@ impl JobMaster {
 
     /// Fails the run with `error` (the job's, not a task's), unless it already fails.
     pub(super) fn fail_run(&mut self, error: WeirError) {
+        if self.attempt.is_none() {
+            self.fail_between_runs(error);
+            return;
+        }
         match &mut self.phase {
             JobPhase::Failing { error: slot @ None } => *slot = Some(error),
             JobPhase::Failing { .. } | JobPhase::Cancelling => {}
@@ -492,6 +496,25 @@ impl JobMaster {
         }
         if let Some(attempt) = self.attempt.as_mut() {
             attempt.cancel_tasks();
+        }
+    }
+
+    /// A failure reported while no run is on: a late reply about an ended run's checkpoint,
+    /// as the worker's fencing check before completing it. Only a run's end leaves a
+    /// `Failing` phase, so entering one now would wait forever. A process that lost its job
+    /// stops (it must not restart: the new holder runs the job); anything else concerns a
+    /// run whose end the restart strategy has judged already.
+    fn fail_between_runs(&mut self, error: WeirError) {
+        match error {
+            WeirError::Fenced(fenced) if fenced.is_final() => {
+                tracing::error!(job = %self.job_name(), error = %fenced, "stopping: {fenced}");
+                self.phase = JobPhase::Ended;
+                if self.outcome.is_none() {
+                    self.outcome = Some(Err(WeirError::Fenced(fenced)));
+                }
+            }
+            error => tracing::debug!(job = %self.job_name(), %error, phase = self.phase.name(),
+                "a failure reported between runs; the restart strategy decided already"),
         }
     }
 }

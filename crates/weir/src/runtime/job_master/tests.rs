@@ -577,3 +577,44 @@ fn a_run_after_a_user_failure_traces_origins_for_twice_the_failed_runs_life() {
         super::attempt::MIN_TRACING
     );
 }
+
+/// A run fails; while the job waits to restart, the worker's fencing check for one of that
+/// run's checkpoints finds the job lost (its reply comes after the run's end). The job stops
+/// with that error at once, instead of waiting in a `Failing` phase for a run that is not
+/// there (the process hung until killed). A check that could not be made is not final: the
+/// restart goes on.
+#[test]
+fn a_job_lost_between_runs_stops_and_a_failed_check_between_runs_restarts() {
+    use crate::checkpoint::fencing::FencedError;
+    let lost = FencedError::LockLost {
+        job: "phases".into(),
+        epoch: 1,
+        lock: "chk/_lock".into(),
+    };
+    let unverifiable = FencedError::Unverifiable {
+        job: "phases".into(),
+        epoch: 1,
+        reason: "injected".into(),
+    };
+    for (fenced, stops) in [(lost, true), (unverifiable, false)] {
+        let mut h = harness(None);
+        h.master.try_deploy();
+        fail_all(&h, "boom");
+        h.settle();
+        assert!(matches!(h.master.phase(), JobPhase::Restarting { .. }));
+        h.master.fail_run(WeirError::Fenced(fenced.clone()));
+        h.clock.advance(Duration::from_secs(11));
+        h.settle();
+        if stops {
+            assert_eq!(h.runs(), 1, "a process that lost its job restarted it");
+            assert!(matches!(h.master.phase(), JobPhase::Ended));
+            match h.master.outcome.take() {
+                Some(Err(WeirError::Fenced(f))) => assert_eq!(f, fenced),
+                other => panic!("the job did not stop with the fence: {other:?}"),
+            }
+        } else {
+            assert_eq!(h.runs(), 2, "no restart after a failed check between runs");
+            assert!(matches!(h.master.phase(), JobPhase::Running));
+        }
+    }
+}
