@@ -2,8 +2,10 @@
 # The full crash-point sweep of the census job (examples/tests/crash_sweep.rs): every durable
 # file operation of every scenario — fresh, resumed, rescaled, stop-with-savepoint, the end of a
 # bounded run, a second kill during recovery, for both exactly-once file sinks — is a crash
-# point; each is tried, recovered and checked against the exactly-once oracle. CI runs a
-# sample of the same tests; this runs all of them (about an hour on 2 cores).
+# point; each is tried, recovered and checked against the exactly-once oracle. Then the zombie
+# sweep (examples/tests/zombie_sweep.rs): the job stopped (SIGSTOP) at each operation, its lock
+# file removed, a replacement run to the end, the stopped process continued, the output
+# checked. CI runs a sample of the same tests; this runs all of them (over an hour on 2 cores).
 #
 #   scripts/crash-sweep.sh              the full sweep
 #   scripts/crash-sweep.sh --sample N   N points per scenario instead
@@ -38,14 +40,14 @@ sweep() {
     log="$(mktemp)"
     set +e
     (cd "$tree" && WEIR_CRASH_SWEEP="$points" cargo nextest run --locked -p weir-examples \
-        --test crash_sweep --no-capture --no-fail-fast >"$log" 2>&1)
+        --test crash_sweep --test zombie_sweep --no-capture --no-fail-fast >"$log" 2>&1)
     local status=$?
     set -e
-    grep -E '^sweep ' "$log" || true
-    if [ $status -ne 0 ] && ! grep -q '^sweep ' "$log"; then
+    grep -E '^(zombie )?sweep ' "$log" || true
+    if [ $status -ne 0 ] && ! grep -qE '^(zombie )?sweep ' "$log"; then
         tail -n 40 "$log" >&2
     fi
-    awk '/^sweep /{ for (i = 1; i <= NF; i++) { if ($(i+1) == "trials") t += $i; if ($(i+1) == "violations") v += $i } }
+    awk '/^(zombie )?sweep /{ for (i = 1; i <= NF; i++) { if ($(i+1) == "trials") t += $i; if ($(i+1) == "violations") v += $i } }
          END { printf "total: %d trials, %d violations\n", t, v }' "$log"
     rm -f "$log"
     return $status

@@ -163,6 +163,12 @@ pub struct SlowBatchCommitter {
 }
 
 impl BatchCommitter<String> for SlowBatchCommitter {
+    fn open(&mut self, context: &RuntimeContext) -> Result<(), BoxError> {
+        self.inner.open(context)
+    }
+    fn close(&mut self) -> Result<(), BoxError> {
+        self.inner.close()
+    }
     fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
         self.inner.find_committed_output()
     }

@@ -30,8 +30,8 @@ fn setup(dir: &Path, sink: &'static str) -> Census {
 
 /// The job record as the job left it.
 fn record(census: &Census) -> JobRecord {
-    let bytes = std::fs::read(census.job_dir().join("_job_record")).expect("job record");
-    JobRecord::decode(&bytes).expect("readable job record")
+    let file = weir_testkit::job_record_file(&census.job_dir()).expect("a job record");
+    JobRecord::decode(&std::fs::read(file).expect("job record")).expect("readable job record")
 }
 
 fn newest(census: &Census) -> RecordedCheckpoint {
@@ -48,8 +48,8 @@ fn crash_midway(census: &Census, extra: &[&str], checkpoints: usize) {
     let mut child = census.command(false, 2, extra).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let recorded = std::fs::read(census.job_dir().join("_job_record"))
-            .ok()
+        let recorded = weir_testkit::job_record_file(&census.job_dir())
+            .and_then(|file| std::fs::read(file).ok())
             .and_then(|b| JobRecord::decode(&b).ok())
             .map_or(0, |r| r.notified_through);
         if recorded >= checkpoints as u64 {
@@ -260,24 +260,36 @@ fn stop_with_savepoint_then_resume_continues_from_the_savepoint() {
     }
 }
 
-/// The first operation of an undisturbed run at which a sink commits: for the file sink the
-/// rename of a pending part file to its final name, for the write-ahead log the creation of
-/// a batch file — both right after a checkpoint completed, before its output is visible.
-fn first_commit_operation(census: &Census) -> u64 {
+/// Of an undisturbed fresh run: the operation at which the run (after the reset that
+/// precedes it) takes the job's lock, and the first at which a sink commits — for the file
+/// sink the rename of a pending part file to its final name, for the write-ahead log the
+/// creation of a batch file, both right after a checkpoint completed, before its output is
+/// visible.
+fn first_commit_operation(census: &Census) -> (u64, u64) {
     let probe = Census {
         work: census.work.with_file_name("probe"),
         ..census.clone()
     };
     std::fs::create_dir_all(&probe.work).unwrap();
     let log = probe.work.with_file_name("probe.log");
-    crash_points::count_operations(probe.command(false, 2, &[]), &probe.work, &log)
-        .into_iter()
+    let ops = crash_points::count_operations(probe.command(false, 2, &[]), &probe.work, &log);
+    let locked = ops
+        .iter()
+        .filter(|o| o.op == "create" && o.path.ends_with("/_lock"))
+        .nth(1)
+        .map(|o| o.n)
+        .expect("the run took the job's lock");
+    let commit = ops
+        .iter()
         .find(|o| {
             (o.op == "rename" && o.path.contains(".pending -> ") && o.path.contains("/output/"))
-                || (o.op == "create" && o.path.contains("/output/.batch-"))
+                || (o.op == "create"
+                    && o.path.contains("/output/.staging-")
+                    && o.path.contains("/.batch-"))
         })
         .map(|o| o.n)
-        .expect("the run committed something")
+        .expect("the run committed something");
+    (locked, commit)
 }
 
 /// Starts the job and stops it (SIGSTOP) right before its `point`-th file operation.
@@ -292,12 +304,14 @@ fn a_stalled_process_keeps_its_job_and_a_second_one_is_refused() {
         for seed in seeds(2) {
             let dir = tempfile::tempdir().unwrap();
             let census = setup(dir.path(), sink);
-            // Stalled right between a checkpoint's completion and its commit, or anywhere.
-            let commit = first_commit_operation(&census);
+            // Stalled right between a checkpoint's completion and its commit, or anywhere
+            // once the run holds the job (a fresh census resets the job first, under the
+            // job's lock as well, and lets go of it before the run takes it).
+            let (locked, commit) = first_commit_operation(&census);
             let point = if seed == 1 {
                 commit
             } else {
-                1 + Rng(seed).below(commit * 3)
+                locked + 1 + Rng(seed).below(commit * 3 - locked)
             };
             println!("{sink}, seed {seed}: stalled at operation {point}");
             let mut stalled = stall_at(&census, false, point);
@@ -360,7 +374,7 @@ fn a_process_that_lost_its_job_commits_nothing_more() {
     for sink in SINKS {
         let dir = tempfile::tempdir().unwrap();
         let census = setup(dir.path(), sink);
-        let commit = first_commit_operation(&census);
+        let (_, commit) = first_commit_operation(&census);
         // Stalled right before a commit; meanwhile its lock is lost (the file removed, as a
         // lease that expired), and another process takes the job and finishes it.
         let mut stalled = stall_at(&census, false, commit);

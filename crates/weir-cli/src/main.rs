@@ -100,6 +100,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Starts a job over where it ran before: records the reset (refused while a process
+    /// holds the job, running or stalled), removes from the given output directories what
+    /// the job's earlier runs wrote, and deletes the job's checkpoints. Savepoints stay.
+    Reset {
+        /// The job's checkpoint directory, `<checkpoint storage>/<job>` (the one holding
+        /// `_job_record`), as a path or a URL (`s3://bucket/prefix/job`).
+        job_dir: String,
+        /// An output directory of the job's file sinks, whose files the earlier runs wrote are
+        /// removed (by the epoch in their names; repeat it for several).
+        #[arg(long = "output", value_name = "DIR")]
+        outputs: Vec<PathBuf>,
+        /// The job's local-recovery directory (`state.backend.local-recovery`), if it has
+        /// one: its copies are reset too.
+        #[arg(long)]
+        local_recovery: Option<PathBuf>,
+    },
     /// Lists the configuration keys; with --check, validates a configuration.
     Config {
         /// Load and check the configuration (`weir.yaml`, the environment, `-D`).
@@ -157,6 +173,11 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Inspect { path, verify, json } => {
             commands::inspect::inspect(path, *verify, *json)?
         }
+        Command::Reset {
+            job_dir,
+            outputs,
+            local_recovery,
+        } => commands::reset::reset(job_dir, outputs, local_recovery.as_deref())?,
         Command::Config {
             check,
             config,

@@ -384,8 +384,9 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn a_local_job_serves_no_rest_api_unless_rest_port_is_set() {
-    let work = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
+        // A work directory each: a second run over the first would be refused.
+        let work = tempfile::tempdir().unwrap();
         let output = Command::new(counting_job())
             .args(["--work-dir", work.path().to_str().unwrap()])
             .args(["--records", "2000", "--rate", "20000"])
@@ -404,4 +405,67 @@ fn a_local_job_serves_no_rest_api_unless_rest_port_is_set() {
         err.contains("Weir dashboard and REST API: http://127.0.0.1:"),
         "{err}"
     );
+}
+
+/// The committed lines of a counting job's output.
+fn committed_lines(work: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = weir::connectors::file_sink::committed_files(work.join("output"))
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_second_fresh_run_is_refused_until_weir_reset_starts_the_job_over() {
+    let work = tempfile::tempdir().unwrap();
+    let job = || {
+        let mut command = Command::new(counting_job());
+        command
+            .args(["--work-dir", work.path().to_str().unwrap()])
+            .args(["--records", "500", "--rate", "50000"]);
+        command
+    };
+    let first = job().output().unwrap();
+    assert!(first.status.success(), "{:?}", text(&first));
+    let once = committed_lines(work.path());
+    assert_eq!(once.len(), 500, "one line per record");
+    let job_dir = work.path().join("checkpoints").join("counting");
+    let job_dir = job_dir.to_str().unwrap();
+    let again = job().output().unwrap();
+    let (_, err) = text(&again);
+    assert!(!again.status.success(), "a second fresh run went ahead");
+    assert!(
+        err.contains("ran here before") && err.contains(&format!("weir reset {job_dir}")),
+        "{err}"
+    );
+    assert_eq!(
+        committed_lines(work.path()),
+        once,
+        "nothing committed twice"
+    );
+    let output = work.path().join("output");
+    let said = ok(&["reset", job_dir, "--output", output.to_str().unwrap()]);
+    assert!(said.contains("a run that finished"), "{said}");
+    assert!(
+        committed_lines(work.path()).is_empty(),
+        "the old output is gone"
+    );
+    let third = job().output().unwrap();
+    assert!(third.status.success(), "{:?}", text(&third));
+    assert_eq!(
+        committed_lines(work.path()),
+        once,
+        "exactly one run's output"
+    );
+    let err = fails(&["reset", &format!("{job_dir}-missing")]);
+    assert!(err.contains("does not exist"), "{err}");
 }

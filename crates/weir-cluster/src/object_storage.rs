@@ -6,16 +6,20 @@
 //!
 //! Layout, as on a filesystem: `<url>/<job>/chk-<id>/` with the state files, `_metadata`, and
 //! a `_location` marker; `<url>/<job>/shared/` with the files incremental checkpoints share;
-//! `<url>/<job>/_job_record`. An object appears whole or not at all, so
-//! the metadata and the job record are written with one PUT each, which makes them atomic.
+//! `<url>/<job>/_job_record/<version>`. An object appears whole or not at all, so
+//! the metadata and each version of the job record are written with one PUT each, which makes
+//! them atomic; a version of the record is created with `If-None-Match: *`, so that of two
+//! JobManagers that read the same version only one writes the next (compare-and-swap, see
+//! `weir::checkpoint::job_record_versions`).
 //! A location exists while its marker does: a discard deletes the marker first — the
 //! location is gone at once — then its objects; what a crash midway leaves is removed by the
 //! next clean-up. TaskManagers write their state files here directly; the JobManager writes
 //! the metadata and completes a checkpoint only once that PUT returned.
 //!
 //! Object storage has no file lock: one JobManager at a time is the deployment's business
-//! (a Kubernetes Deployment of one replica), and the epoch in the job record fences a stale
-//! one — a JobManager that finds a newer epoch there stops, and commits nothing more.
+//! (a Kubernetes Deployment of one replica), and the job record fences a stale one — a
+//! JobManager whose conditional write of the record fails, or that finds a newer epoch there,
+//! stops, and commits nothing more.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -25,9 +29,12 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use weir::checkpoint::job_lock::JobLock;
-use weir::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
+use weir::checkpoint::job_record::JobRecord;
+use weir::checkpoint::job_record_versions::{
+    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR,
+};
 use weir::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use weir::checkpoint::storage::{
     decode_metadata, decode_record, location_name, parse_any_location, parse_checkpoint_dir,
@@ -292,6 +299,29 @@ impl ObjectCheckpointStorage {
         Ok(found)
     }
 
+    /// The versions of the job record, ascending.
+    fn record_versions(&self) -> Result<Vec<u64>, StorageError> {
+        let prefix = self.under(&[JOB_RECORD_DIR]);
+        let objects: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| io_error("list", &self.url_of(&prefix), e))?;
+        let mut versions: Vec<u64> = objects
+            .iter()
+            .filter_map(|o| o.location.filename().and_then(parse_version))
+            .collect();
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    fn record_conflict(&self, version: u64, reason: String) -> StorageError {
+        StorageError::RecordConflict {
+            path: self.url_of(&self.under(&[JOB_RECORD_DIR])),
+            version,
+            reason,
+        }
+    }
+
     fn delete_all(&self, objects: Vec<Path>) -> Result<(), StorageError> {
         for object in objects {
             match self.runtime.block_on(self.store.delete(&object)) {
@@ -438,21 +468,73 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let path = self.under(&[JOB_RECORD_FILE]);
-        match self.get(&path) {
-            Ok(bytes) => decode_record(self.url_of(&path), &bytes).map(Some),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
+        let Some(&newest) = self.record_versions()?.last() else {
+            return Ok(None);
+        };
+        let path = self.under(&[JOB_RECORD_DIR, &version_name(newest)]);
+        let url = self.url_of(&path);
+        let record = decode_record(url.clone(), &self.get(&path)?)?;
+        match mismatch(&url, newest, record.sequence) {
+            Some(reason) => Err(StorageError::Corrupt { path: url, reason }),
+            None => Ok(Some(record)),
         }
     }
 
+    fn job_record_version(&self) -> Result<u64, StorageError> {
+        Ok(self.record_versions()?.last().copied().unwrap_or(0))
+    }
+
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
-        let path = self.under(&[JOB_RECORD_FILE]);
+        let version = record.sequence;
+        let path = self.under(&[JOB_RECORD_DIR, &version_name(version)]);
         let bytes = record.encode().map_err(|e| StorageError::Corrupt {
             path: self.url_of(&path),
             reason: format!("cannot encode: {e}"),
         })?;
-        self.put(&path, bytes)
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .runtime
+            .block_on(self.store.put_opts(&path, PutPayload::from(bytes), create))
+        {
+            Ok(_) => {}
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
+                return Err(
+                    self.record_conflict(version, format!("version {version} exists already"))
+                )
+            }
+            Err(e @ object_store::Error::NotImplemented { .. }) => {
+                return Err(StorageError::Unsupported {
+                    url: self.job_url.clone(),
+                    reason: format!(
+                        "the job record is written with conditional puts (If-None-Match), \
+                         which are turned off ({e}); turn them on (`aws_conditional_put=etag`, \
+                         the default)"
+                    ),
+                })
+            }
+            Err(e) => return Err(io_error("write", &self.url_of(&path), e)),
+        }
+        match after_create(version, &self.record_versions()?) {
+            AfterCreate::Superseded { newest } => {
+                Err(self.record_conflict(version, format!("version {newest} exists")))
+            }
+            AfterCreate::Newest { obsolete } => {
+                let old = obsolete
+                    .into_iter()
+                    .map(|v| self.under(&[JOB_RECORD_DIR, &version_name(v)]))
+                    .collect();
+                if let Err(e) = self.delete_all(old) {
+                    tracing::warn!(error = %e, "cannot remove an old version of the job record");
+                }
+                Ok(())
+            }
+        }
     }
 
     fn shared_location(&self) -> Result<String, StorageError> {

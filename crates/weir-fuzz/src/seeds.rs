@@ -11,7 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use weir::checkpoint::job_record::JOB_RECORD_FILE;
+use weir::checkpoint::job_record_versions::JOB_RECORD_DIR;
 use weir::checkpoint::metadata::{CheckpointMetadata, KeyedStateHandle};
 use weir::runtime::batch::RecordBatch;
 use weir::runtime::network::frame::{data_frame, priority_frame, write_close, write_credit};
@@ -288,8 +288,10 @@ pub fn from_checkpoints(job_dir: &Path) -> std::io::Result<Vec<Seed>> {
     let mut seeds = Vec::new();
     for entry in std::fs::read_dir(job_dir)? {
         let path = entry?.path();
-        if path.file_name().is_some_and(|n| n == JOB_RECORD_FILE) {
-            seeds.push(("checkpoint_metadata", std::fs::read(&path)?));
+        if path.file_name().is_some_and(|n| n == JOB_RECORD_DIR) {
+            for version in std::fs::read_dir(&path)? {
+                seeds.push(("checkpoint_metadata", std::fs::read(version?.path())?));
+            }
         }
         let metadata_path = path.join("_metadata");
         if !metadata_path.is_file() {

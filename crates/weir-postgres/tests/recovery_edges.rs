@@ -111,8 +111,9 @@ impl ReferenceJob for Job {
     }
 
     fn newest_restore_point(&self) -> PathBuf {
-        let bytes = std::fs::read(self.job_dir().join("_job_record")).expect("job record");
-        let record = JobRecord::decode(&bytes).expect("readable record");
+        let file = weir_testkit::job_record_file(&self.job_dir()).expect("a job record");
+        let record =
+            JobRecord::decode(&std::fs::read(file).expect("job record")).expect("readable record");
         PathBuf::from(&record.completed.last().expect("a restore point").location)
     }
 

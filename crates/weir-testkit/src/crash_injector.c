@@ -231,6 +231,26 @@ int renameat2(int from_dir, const char *from, int to_dir, const char *to, unsign
     return real_renameat2(from_dir, from, to_dir, to, flags);
 }
 
+/* A hard link creates a name that fails if it exists: how the job record's versions are
+ * written (compare-and-swap), so it counts as a durable operation. */
+int link(const char *from, const char *to) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (ready && resolve(AT_FDCWD, from, a, sizeof a) && resolve(AT_FDCWD, to, b, sizeof b)) {
+        crash_point("link", a, b);
+    }
+    REAL(link);
+    return real_link(from, to);
+}
+
+int linkat(int from_dir, const char *from, int to_dir, const char *to, int flags) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (ready && resolve(from_dir, from, a, sizeof a) && resolve(to_dir, to, b, sizeof b)) {
+        crash_point("link", a, b);
+    }
+    REAL(linkat);
+    return real_linkat(from_dir, from, to_dir, to, flags);
+}
+
 int unlink(const char *path) {
     at_path("unlink", AT_FDCWD, path);
     REAL(unlink);

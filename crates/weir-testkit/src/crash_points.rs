@@ -1,6 +1,6 @@
 //! Deterministic crash points: a job runs as a child process with the crash injector
 //! (`LD_PRELOAD`, built from `crash_injector.c`) that counts its durable file operations
-//! under one directory — create, rename, unlink, mkdir, rmdir, fsync — and kills or stops it
+//! under one directory — create, rename, link, unlink, mkdir, rmdir, fsync — and kills or stops it
 //! right before the N-th. A counting run tells how many operations a run makes; a sweep
 //! then tries every N (or a sample of them), recovers, and checks the committed output.
 //!
@@ -61,9 +61,9 @@ pub fn inject(command: &mut Command, dir: &Path, fault: Fault, log: Option<&Path
 pub struct FileOperation {
     /// Its number in the run (1-based).
     pub n: u64,
-    /// `create`, `rename`, `unlink`, `mkdir`, `rmdir`, `fsync` or `fdatasync`.
+    /// `create`, `rename`, `link`, `unlink`, `mkdir`, `rmdir`, `fsync` or `fdatasync`.
     pub op: String,
-    /// The path (`from -> to` for a rename).
+    /// The path (`from -> to` for a rename or a link).
     pub path: String,
 }
 
@@ -218,7 +218,9 @@ mod tests {
         std::fs::write(dir.join("a"), b"x").unwrap();
         std::fs::rename(dir.join("a"), dir.join("b")).unwrap();
         std::fs::create_dir(dir.join("c")).unwrap();
+        std::fs::hard_link(dir.join("b"), dir.join("d")).unwrap();
         std::fs::remove_file(dir.join("b")).unwrap();
+        std::fs::remove_file(dir.join("d")).unwrap();
         std::fs::remove_dir(dir.join("c")).unwrap();
     }
 
@@ -241,7 +243,10 @@ mod tests {
         inject(&mut counting, &watched, Fault::None, Some(&log));
         assert!(counting.output().unwrap().status.success());
         let ops: Vec<String> = read_log(&log).into_iter().map(|o| o.op).collect();
-        assert_eq!(ops, ["create", "rename", "mkdir", "unlink", "rmdir"]);
+        assert_eq!(
+            ops,
+            ["create", "rename", "mkdir", "link", "unlink", "unlink", "rmdir"]
+        );
 
         let mut killed = child(&watched);
         inject(&mut killed, &watched, Fault::KillAt(3), None);

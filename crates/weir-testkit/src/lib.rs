@@ -135,6 +135,22 @@ pub fn kill_after(child: &mut Child, delay: Duration) -> bool {
     killed
 }
 
+/// The file of the newest version of the job record in job directory `job_dir`
+/// (`<checkpoints>/<job>/_job_record/<version>`), if there is one: tests watch it to know what
+/// a run recorded, and damage it.
+pub fn job_record_file(job_dir: &Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(job_dir.join("_job_record"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .max()
+}
+
 /// The highest completed checkpoint (`chk-N` with metadata) of `job` under `checkpoints`.
 pub fn latest_checkpoint(checkpoints: &Path, job: &str) -> u64 {
     std::fs::read_dir(checkpoints.join(job))

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use weir::checkpoint::reset::reset_job;
 use weir_examples::census::{self, CensusOptions, SinkKind};
 
 /// Command-line options.
@@ -19,7 +20,9 @@ struct Args {
     /// Directory of the census CSV files.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/data/census"))]
     data: PathBuf,
-    /// Working directory for output and checkpoints (cleared unless --resume).
+    /// Working directory for output and checkpoints. Unless --resume (or a restore path) is
+    /// given, the job starts over there: an earlier run is reset (`weir reset`: refused
+    /// while another process holds the job; its output and checkpoints removed).
     #[arg(long, default_value = "target/census")]
     work_dir: PathBuf,
     /// Parallelism.
@@ -83,7 +86,7 @@ struct Args {
     checkpoint_storage: Option<String>,
     /// Cluster mode: run this process as the JobManager or a TaskManager of the job (see
     /// `--role`). Every process of a cluster is started with the same job options; none of
-    /// them clears the work directory, and a JobManager resumes the job from its newest
+    /// them resets the job, and a JobManager resumes the job from its newest
     /// checkpoint there.
     #[command(flatten)]
     cluster: weir_cluster::ClusterArgs,
@@ -130,22 +133,20 @@ fn run() -> Result<()> {
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     options.checkpoint_storage = args.checkpoint_storage.clone();
     let role = args.cluster.role;
-    if !args.resume && role.is_none() {
-        for dir in [
-            &options.output,
-            &options.checkpoints,
-            &local_recovery,
-            &dead_letters,
-        ] {
-            if dir.exists() {
-                std::fs::remove_dir_all(dir)
-                    .with_context(|| format!("clearing {}", dir.display()))?;
-            }
-        }
-    }
-
     let (env, rows_read) = census::build_with_progress(&options)?;
     weir_cluster::apply(&args.cluster, &env)?;
+    // The demo starts over unless asked to resume or restore: through a reset, which takes
+    // the job's lock (so never under a process that still holds the job, running or
+    // stalled), records the reset, and then removes what the earlier runs wrote by the
+    // epoch in its names — never by deleting the work directory.
+    if !args.resume && role.is_none() && env.config().restore.is_none() {
+        let outputs = [options.output.as_path(), dead_letters.as_path()];
+        let reset = reset_job(&env.config().checkpoint, census::JOB_NAME, &outputs)
+            .context("starting the census job over (--resume continues it instead)")?;
+        if reset.previous.is_some() && !args.quiet {
+            println!("Starting over: {reset}.");
+        }
+    }
     if !args.quiet && role != Some(weir_cluster::Role::Taskmanager) {
         println!("{}", env.explain(census::JOB_NAME)?);
     }

@@ -16,7 +16,7 @@ struct Args {
     /// Directory of the click CSV files.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/data/clicks"))]
     data: PathBuf,
-    /// Working directory for output and checkpoints (cleared unless --resume).
+    /// Working directory for output and checkpoints (reset there (`weir reset`) unless --resume..
     #[arg(long, default_value = "target/clicks")]
     work_dir: PathBuf,
     /// Parallelism.
@@ -35,15 +35,20 @@ struct Args {
 
 fn run() -> Result<()> {
     let args = Args::parse();
-    if !args.resume && args.work_dir.exists() {
-        std::fs::remove_dir_all(&args.work_dir)?;
-    }
     let mut options = ClicksOptions::new(args.data.clone(), &args.work_dir);
     options.parallelism = args.parallelism;
     options.rate = args.rate;
     options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
     options.resume = args.resume;
     let env = clicks::build(&options)?;
+    if !args.resume {
+        // Starts over through a reset: never under a process that still holds the job.
+        weir::checkpoint::reset::reset_job(
+            &env.config().checkpoint,
+            clicks::JOB_NAME,
+            &[options.output.as_path()],
+        )?;
+    }
     let result = env.execute(clicks::JOB_NAME)?;
     let windows = clicks::verify(&options.output, &args.data)?;
     println!("{result}");

@@ -89,6 +89,14 @@ impl Census {
         Ok(())
     }
 
+    /// The committed output is exactly what an uninterrupted run gives (hidden, uncommitted
+    /// files aside).
+    pub fn verify_committed(&self) -> Result<(), String> {
+        weir_examples::census::verify(&self.output(), &self.data)
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"))
+    }
+
     /// No committed line appears twice (a refused recovery may leave the output incomplete,
     /// but never duplicated).
     pub fn verify_no_duplicates(&self) -> Result<u64, String> {

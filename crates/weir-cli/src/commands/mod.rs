@@ -3,5 +3,6 @@
 pub mod config;
 pub mod inspect;
 pub mod jobs;
+pub mod reset;
 pub mod run;
 pub mod savepoints;

@@ -32,7 +32,7 @@ struct Args {
     /// Checkpoint interval in milliseconds.
     #[arg(long, default_value_t = 500)]
     checkpoint_interval_ms: u64,
-    /// Working directory (checkpoints); cleared unless --resume.
+    /// Working directory (checkpoints); the job is reset there (`weir reset`) unless --resume.
     #[arg(long, default_value = "target/kafka-count")]
     work_dir: PathBuf,
     /// Resume from the latest retained checkpoint.
@@ -63,7 +63,7 @@ struct Args {
     #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_property)]
     kafka_properties: Vec<(String, String)>,
     /// Cluster mode (`--role jobmanager|taskmanager`): every process gets the same job
-    /// options; none clears the work directory, and the JobManager resumes from it.
+    /// options; none resets the job, and the JobManager resumes from its work directory.
     #[command(flatten)]
     cluster: weir_cluster::ClusterArgs,
 }
@@ -93,14 +93,6 @@ fn run() -> Result<()> {
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
     let local_recovery = args.work_dir.join("local-recovery");
-    if !args.resume && args.cluster.role.is_none() {
-        for dir in [&checkpoints, &local_recovery] {
-            if dir.exists() {
-                std::fs::remove_dir_all(dir)
-                    .with_context(|| format!("clearing {}", dir.display()))?;
-            }
-        }
-    }
     let mut options = WordCountOptions::new(&args.bootstrap, &args.input, &args.output);
     options.guarantee = args.guarantee.parse::<DeliveryGuarantee>()?;
     if let Some(prefix) = args.transactional_id_prefix {
@@ -126,6 +118,11 @@ fn run() -> Result<()> {
     }
     let env = word_count::build(&options)?;
     weir_cluster::apply(&args.cluster, &env)?;
+    if !args.resume && args.cluster.role.is_none() && env.config().restore.is_none() {
+        // Starts over through a reset: never under a process that still holds the job.
+        weir::checkpoint::reset::reset_job(&env.config().checkpoint, word_count::JOB_NAME, &[])
+            .context("starting the job over (--resume continues it instead)")?;
+    }
     let result = env.execute(word_count::JOB_NAME)?;
     let records = result
         .operator("Source: words")

@@ -37,7 +37,7 @@ struct Args {
     /// Checkpoint interval in milliseconds.
     #[arg(long, default_value_t = 500)]
     checkpoint_interval_ms: u64,
-    /// Working directory (output and checkpoints); cleared unless --resume.
+    /// Working directory (output and checkpoints); reset there (`weir reset`) unless --resume.
     #[arg(long, default_value = "target/large-state")]
     work_dir: PathBuf,
     /// Resume from the latest retained checkpoint.
@@ -99,16 +99,17 @@ fn run() -> Result<()> {
         }
         _ => StateBackendConfig::default(),
     };
+    let env = large_state_job::build(&options)?;
     if !args.resume {
-        for dir in [&options.output, &options.checkpoints] {
-            if dir.exists() {
-                std::fs::remove_dir_all(dir)
-                    .with_context(|| format!("clearing {}", dir.display()))?;
-            }
-        }
+        // Starts over through a reset: never under a process that still holds the job.
+        weir::checkpoint::reset::reset_job(
+            &env.config().checkpoint,
+            large_state_job::JOB_NAME,
+            &[options.output.as_path()],
+        )
+        .context("starting the job over (--resume continues it instead)")?;
     }
     let started = Instant::now();
-    let env = large_state_job::build(&options)?;
     let result = env.execute(large_state_job::JOB_NAME)?;
     let wall = started.elapsed();
     let verification = large_state_job::verify(&options)?;

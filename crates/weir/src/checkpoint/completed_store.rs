@@ -13,7 +13,11 @@
 //! completes; and at the start of a tenure, files of the job's shared location that no
 //! retained checkpoint names (uploads of checkpoints that never completed) are removed.
 //!
-//! Every write first checks the fencing token, so a process that lost its job writes nothing.
+//! Every write first checks the fencing token, and is itself a compare-and-swap (a new
+//! version of the record, created only if no process wrote it or a newer one first: see
+//! [`crate::checkpoint::job_record_versions`]), so a process that lost its job writes nothing
+//! — also when it stalled between the check and the write. A write that loses fences the
+//! process for good.
 
 use std::sync::Arc;
 
@@ -36,6 +40,40 @@ pub struct CompletedCheckpointStore {
     fencing: FencingToken,
     /// The shared files the retained checkpoints refer to.
     shared: SharedStateRegistry,
+    /// The local-recovery copy the previous record was written with.
+    previous_copy: Option<String>,
+}
+
+/// What [`CompletedCheckpointStore::reset`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetOutcome {
+    /// The job's checkpoint storage.
+    pub storage: String,
+    /// The epoch the reset took the job with.
+    pub epoch: u64,
+    /// How the earlier run stood, in words (`None`: the job had no record).
+    pub previous: Option<String>,
+    /// The checkpoints deleted.
+    pub removed_checkpoints: Vec<u64>,
+    /// Savepoints of the job's directory, which stay (they belong to the user).
+    pub savepoints: Vec<String>,
+}
+
+impl std::fmt::Display for ResetOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reset `{}` (epoch {})", self.storage, self.epoch)?;
+        match &self.previous {
+            Some(previous) => write!(f, "; it held {previous}")?,
+            None => write!(f, "; it held no job record")?,
+        }
+        if !self.removed_checkpoints.is_empty() {
+            write!(f, "; deleted checkpoints {:?}", self.removed_checkpoints)?;
+        }
+        if !self.savepoints.is_empty() {
+            write!(f, "; kept savepoints {}", self.savepoints.join(", "))?;
+        }
+        Ok(())
+    }
 }
 
 impl CompletedCheckpointStore {
@@ -52,9 +90,16 @@ impl CompletedCheckpointStore {
             Ok(None) => PreviousRecord::None,
             Err(e) => PreviousRecord::Unreadable(e.to_string()),
         };
-        let (previous_epoch, sequence, max_id) = match &previous {
-            PreviousRecord::Found(r) => (r.epoch, r.sequence + 1, r.max_id),
-            _ => (0, 1, 0),
+        let (previous_epoch, previous_sequence, max_id) = match &previous {
+            PreviousRecord::Found(r) => (r.epoch, r.sequence, r.max_id),
+            _ => (0, 0, 0),
+        };
+        // Above every version in storage, readable or not: the first write of this tenure
+        // creates the next one, and fails if another process created it first.
+        let sequence = previous_sequence.max(storage.job_record_version()?);
+        let previous_copy = match &previous {
+            PreviousRecord::Found(r) => r.local_copy.clone(),
+            _ => None,
         };
         // Above every epoch on record — the lock file names the last holder's even when the
         // record is gone — so that epochs never repeat.
@@ -70,6 +115,7 @@ impl CompletedCheckpointStore {
         record.epoch = epoch;
         record.sequence = sequence;
         record.max_id = max_id.max(storage.max_id()?);
+        record.local_copy = storage.local_copy();
         let fencing = FencingToken::new(job_name, epoch, &holder, storage.clone(), identity);
         record.holder = holder;
         Ok((
@@ -79,9 +125,88 @@ impl CompletedCheckpointStore {
                 record,
                 fencing,
                 shared: SharedStateRegistry::new(),
+                previous_copy,
             },
             previous,
         ))
+    }
+
+    /// Writes the record as the next version. A write another process's version overtook
+    /// fences this process for good.
+    fn persist(&mut self) -> Result<(), WeirError> {
+        self.record.sequence += 1;
+        match self.storage.write_job_record(&self.record) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_record_conflict() => Err(self.fencing.overtaken(&e).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The first write of this tenure, which takes the job over from the previous holder
+    /// (no fencing check: the record still names that holder). A local-recovery copy the
+    /// previous record was written with, and this run does not keep, follows the job no
+    /// more: its record is removed, so that it can never be read as the job's.
+    fn take_over(&mut self) -> Result<(), WeirError> {
+        self.persist()?;
+        if let Some(stale) = self.previous_copy.take() {
+            if Some(&stale) != self.record.local_copy.as_ref() {
+                if let Err(e) = self.storage.remove_stale_copy(&stale) {
+                    tracing::warn!(copy = %stale, error = %e,
+                        "cannot remove the job record of a local-recovery copy this run does not keep");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts job `job_name` over on purpose (`weir reset`, Flink's way being a new job):
+    /// takes its lock — refused while another process, running or stalled, holds it — and a
+    /// new epoch, records the `Reset` status (a compare-and-swap like every write: a stale
+    /// process that wakes later cannot write over it), runs `after_record` with the new
+    /// epoch while it still holds the lock (to move the job's output aside), then deletes
+    /// the job's checkpoints. Savepoints stay. The record itself stays too, so that epochs,
+    /// record versions and checkpoint ids never restart. A crash at any point leaves either
+    /// the old job, or a reset one that a fresh start may take. A later start from empty
+    /// state is then allowed; sinks that find their own committed output still refuse it.
+    pub fn reset(
+        storage: Arc<dyn CheckpointStorage>,
+        job_name: &str,
+        after_record: impl FnOnce(u64) -> Result<(), WeirError>,
+    ) -> Result<ResetOutcome, WeirError> {
+        let (mut store, previous) = Self::open(storage, job_name)?;
+        let previous = match previous {
+            PreviousRecord::Found(record) => Some(record.describe()),
+            PreviousRecord::Unreadable(problem) => {
+                Some(format!("an unreadable job record ({problem})"))
+            }
+            PreviousRecord::None => None,
+        };
+        store.record.status = RecordedStatus::Reset;
+        store.record.completed.clear();
+        store.record.notified_through = 0;
+        store.take_over()?;
+        after_record(store.record.epoch)?;
+        let removed_checkpoints = store
+            .storage
+            .list_checkpoints()?
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        store.delete_checkpoints();
+        store.remove_leftovers();
+        let savepoints = store
+            .storage
+            .list_savepoints()?
+            .into_iter()
+            .map(|s| s.location)
+            .collect();
+        Ok(ResetOutcome {
+            storage: store.storage.describe(),
+            epoch: store.record.epoch,
+            previous,
+            removed_checkpoints,
+            savepoints,
+        })
     }
 
     /// Starts this process's tenure: writes the record with the new epoch (which fences any
@@ -103,7 +228,7 @@ impl CompletedCheckpointStore {
                 .unwrap_or(0),
         );
         self.record.status = RecordedStatus::Running;
-        self.storage.write_job_record(&self.record)?;
+        self.take_over()?;
         self.remove_leftovers();
         self.rebuild_shared_registry();
         Ok(())
@@ -227,7 +352,7 @@ impl CompletedCheckpointStore {
             self.record.notified_through = previous.notified_through;
         }
         self.record.completed.clear();
-        self.storage.write_job_record(&self.record)?;
+        self.take_over()?;
         self.delete_checkpoints();
         self.remove_leftovers();
         Ok(())
@@ -296,9 +421,7 @@ impl CompletedCheckpointStore {
 
     fn write(&mut self) -> Result<(), WeirError> {
         self.fencing.check()?;
-        self.record.sequence += 1;
-        self.storage.write_job_record(&self.record)?;
-        Ok(())
+        self.persist()
     }
 
     /// Records completed checkpoint `metadata` at `location` as the newest restore point —
@@ -321,11 +444,16 @@ impl CompletedCheckpointStore {
         }
         let before = self.record.clone();
         let dropped = self.record.add_completed(
-            RecordedCheckpoint::new(id, metadata.kind, location.to_string()),
+            RecordedCheckpoint::new(id, metadata.kind, location.to_string())
+                .with_epoch(metadata.epoch),
             retained as usize,
         );
         if let Err(e) = self.write() {
+            // Versions are never written twice, not even by this process: the failed write
+            // may have created its version.
+            let attempted = self.record.sequence;
             self.record = before;
+            self.record.sequence = attempted;
             return Err(e);
         }
         for old in dropped {
@@ -365,7 +493,7 @@ impl CompletedCheckpointStore {
                 }
                 !checkpoints_retained
             }
-            RecordedStatus::Failed | RecordedStatus::Running => false,
+            RecordedStatus::Failed | RecordedStatus::Running | RecordedStatus::Reset => false,
         };
         self.record.status = status;
         self.write()?;
@@ -533,6 +661,110 @@ mod tests {
         assert!(std::path::Path::new(&savepoint).exists(), "savepoints stay");
     }
 
+    /// Storage for job `j` under `dir`, and a store that took the job fresh.
+    fn begun(dir: &std::path::Path) -> (Arc<dyn CheckpointStorage>, CompletedCheckpointStore) {
+        let storage: Arc<dyn CheckpointStorage> =
+            Arc::new(FsCheckpointStorage::new(dir, "j").unwrap());
+        let (mut store, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        store.begin(Vec::new(), 0).unwrap();
+        (storage, store)
+    }
+
+    /// The interleaving a check before the write cannot fence: the holder checks its token,
+    /// stalls, loses its lock file, a successor takes over and completes checkpoints, and the
+    /// holder wakes up and writes. Its write is a compare-and-swap on the version it read, so
+    /// it fails and fences it for good; the successor's record stands.
+    #[test]
+    fn a_holder_that_stalled_between_its_check_and_its_write_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, mut first) = begun(dir.path());
+        complete(&mut first, 1);
+        first.fencing().check().unwrap();
+        drop(first._lock.take());
+        let (mut second, previous) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        let PreviousRecord::Found(previous) = previous else {
+            panic!("{previous:?}")
+        };
+        second
+            .begin(previous.completed.clone(), previous.notified_through)
+            .unwrap();
+        complete(&mut second, 2);
+        // The stalled holder's write, as if its check had passed just before.
+        first.record.status = RecordedStatus::Finished {
+            final_checkpoint: Some(1),
+        };
+        let err = first.persist().unwrap_err().to_string();
+        assert!(
+            err.contains("lost the job") && err.contains("version"),
+            "{err}"
+        );
+        let record = storage.read_job_record().unwrap().unwrap();
+        assert_eq!(record.epoch, second.fencing().epoch());
+        assert_eq!(record.notified_through, 2);
+        assert_eq!(record.latest().map(|c| (c.id, c.epoch)), Some((2, 2)));
+        assert!(first.fencing().check().is_err(), "fenced for good");
+        // Two processes that both read the same record (a lock file removed between their
+        // starts): only the first to write takes the job.
+        drop(second._lock.take());
+        let (mut third, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        drop(third._lock.take());
+        let (mut fourth, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        fourth.begin(Vec::new(), 2).unwrap();
+        let err = third.begin(Vec::new(), 2).unwrap_err().to_string();
+        assert!(err.contains("lost the job"), "{err}");
+    }
+
+    #[test]
+    fn a_reset_keeps_epochs_and_ids_growing_and_a_stale_holder_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, mut first) = begun(dir.path());
+        complete(&mut first, 1);
+        complete(&mut first, 2);
+        let savepoint = storage.init_location(3, SnapshotType::Savepoint).unwrap();
+        storage
+            .write_metadata(&savepoint, &empty(&first, 3, SnapshotType::Savepoint))
+            .unwrap();
+        let err = match CompletedCheckpointStore::reset(storage.clone(), "j", |_| Ok(())) {
+            Ok(_) => panic!("a reset over a live holder"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("locked by another process"), "{err}");
+        drop(first._lock.take());
+        let mut moved = None;
+        let outcome = CompletedCheckpointStore::reset(storage.clone(), "j", |epoch| {
+            moved = Some(epoch);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(moved, Some(2));
+        assert_eq!(outcome.epoch, 2);
+        assert_eq!(outcome.removed_checkpoints, vec![1, 2]);
+        assert_eq!(outcome.savepoints, vec![savepoint.clone()]);
+        assert!(
+            outcome
+                .previous
+                .as_deref()
+                .is_some_and(|p| p.contains("checkpoint 2")),
+            "{outcome}"
+        );
+        let record = storage.read_job_record().unwrap().unwrap();
+        assert_eq!(record.status, RecordedStatus::Reset);
+        assert!(record.completed.is_empty() && record.notified_through == 0);
+        assert!(!record.has_earlier_run());
+        assert!(storage.list_checkpoints().unwrap().is_empty());
+        let (next, _) = CompletedCheckpointStore::open(storage.clone(), "j").unwrap();
+        assert_eq!(next.next_id(), 4, "ids continue above the savepoint");
+        assert_eq!(next.fencing().epoch(), 3);
+        // The holder from before the reset wakes up: it writes nothing.
+        let err = first
+            .record_end(RecordedStatus::Finished {
+                final_checkpoint: Some(2),
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lost the job"), "{err}");
+    }
+
     #[test]
     fn epochs_never_repeat_even_when_the_record_is_lost() {
         let dir = tempfile::tempdir().unwrap();
@@ -542,10 +774,10 @@ mod tests {
         first.begin(Vec::new(), 0).unwrap();
         let epoch = first.fencing().epoch();
         drop(first);
-        std::fs::remove_file(
+        std::fs::remove_dir_all(
             dir.path()
                 .join("j")
-                .join(crate::checkpoint::job_record::JOB_RECORD_FILE),
+                .join(crate::checkpoint::job_record_versions::JOB_RECORD_DIR),
         )
         .unwrap();
         let (second, previous) = CompletedCheckpointStore::open(storage, "j").unwrap();

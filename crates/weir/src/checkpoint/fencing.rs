@@ -57,6 +57,20 @@ pub enum FencedError {
         /// The checkpoint storage.
         storage: String,
     },
+    /// This process's write of the job record lost to another process's: that process took
+    /// the job after this one last read the record (the write is a compare-and-swap).
+    #[error(
+        "job `{job}`: this process (epoch {epoch}) lost the job: {conflict}; it stops without \
+         committing anything more"
+    )]
+    RecordOvertaken {
+        /// The job.
+        job: String,
+        /// This process's epoch.
+        epoch: u64,
+        /// The failed write, naming the record and the version found.
+        conflict: String,
+    },
     /// The job record could not be read, so the check could not be made.
     #[error(
         "job `{job}`: cannot check that this process (epoch {epoch}) still holds the job: {reason}"
@@ -152,6 +166,18 @@ impl FencingToken {
         self.epoch
     }
 
+    /// Marks this process as fenced for good because its write of the job record lost to
+    /// another process's (`conflict` says which); returns the error every later check gives.
+    pub fn overtaken(&self, conflict: &impl std::fmt::Display) -> FencedError {
+        let fenced = FencedError::RecordOvertaken {
+            job: self.job.to_string(),
+            epoch: self.epoch,
+            conflict: conflict.to_string(),
+        };
+        tracing::error!(error = %fenced, "fenced");
+        self.fenced.get_or_init(|| fenced).clone()
+    }
+
     /// Succeeds while this process still holds its job — its lock file is the one it locked,
     /// and the primary job record names it — and fails for good once it does not; call it
     /// right before committing anything externally visible.
@@ -220,6 +246,7 @@ mod tests {
         assert!(matches!(twin.check(), Err(FencedError::Superseded { .. })));
         record.epoch = 4;
         record.holder = "pid 9".into();
+        record.sequence += 1;
         storage.write_job_record(&record).unwrap();
         let err = fresh.clone().check().unwrap_err();
         assert!(err.is_final());
@@ -229,9 +256,29 @@ mod tests {
         );
         record.epoch = 3;
         record.holder = "pid 1".into();
+        record.sequence += 1;
         storage.write_job_record(&record).unwrap();
         assert!(fresh.check().is_err(), "once fenced, always fenced");
         FencingToken::unfenced("j").check().unwrap();
+    }
+
+    #[test]
+    fn an_overtaken_write_fences_for_good() {
+        let storage = Arc::new(MemoryCheckpointStorage::new("j"));
+        let mut record = JobRecord::new("j");
+        record.epoch = 2;
+        record.holder = "pid 1".into();
+        storage.write_job_record(&record).unwrap();
+        let token = FencingToken::new("j", 2, "pid 1", storage.clone(), None);
+        token.check().unwrap();
+        let err = token.overtaken(&"version 0 exists already");
+        assert!(err.is_final());
+        assert!(
+            err.to_string()
+                .contains("lost the job: version 0 exists already"),
+            "{err}"
+        );
+        assert_eq!(token.clone().check(), Err(err), "clones share it");
     }
 
     #[test]

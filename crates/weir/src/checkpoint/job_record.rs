@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::checksummed;
 use crate::runtime::stream_element::SnapshotType;
 
-/// File name of the record inside the job's directory.
-pub const JOB_RECORD_FILE: &str = "_job_record";
-const MAGIC: &[u8; 8] = b"WEIRJOB1";
+// Version 2: written as a chain of versions (`job_record_versions`), with the epoch of each
+// restore point, the local-recovery copy it was written with, and the `Reset` status.
+const MAGIC: &[u8; 8] = b"WEIRJOB2";
 
 /// A completed checkpoint or savepoint a recovery may restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +37,10 @@ pub struct RecordedCheckpoint {
     /// Whether state of operators the job no longer has may be dropped when restoring it
     /// (set for a savepoint the job was started from with that setting).
     pub allow_non_restored_state: bool,
+    /// The epoch of the process that completed it, as its metadata says (0: not known, for a
+    /// savepoint or checkpoint the job was started from by path): restored metadata must say
+    /// the same, or it is not this restore point.
+    pub epoch: u64,
 }
 
 impl RecordedCheckpoint {
@@ -47,7 +51,14 @@ impl RecordedCheckpoint {
             kind,
             location: location.into(),
             allow_non_restored_state: false,
+            epoch: 0,
         }
+    }
+
+    /// The same entry, completed by the process of epoch `epoch`.
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
     }
 }
 
@@ -75,6 +86,10 @@ pub enum RecordedStatus {
     },
     /// Failed for good (the restart strategy gave up).
     Failed,
+    /// Started over on purpose (`weir reset`): the earlier runs' checkpoints were deleted and
+    /// their file output removed, so a start from empty state duplicates nothing. The record
+    /// itself stays, so that epochs, record versions and checkpoint ids never restart.
+    Reset,
 }
 
 /// The job record.
@@ -99,6 +114,9 @@ pub struct JobRecord {
     pub max_id: u64,
     /// How the latest run ended.
     pub status: RecordedStatus,
+    /// The local-recovery copy this version was written with, if any: a later run without
+    /// it, or with another, removes that copy's record, which no longer follows the job.
+    pub local_copy: Option<String>,
 }
 
 impl JobRecord {
@@ -113,6 +131,7 @@ impl JobRecord {
             notified_through: 0,
             max_id: 0,
             status: RecordedStatus::Running,
+            local_copy: None,
         }
     }
 
@@ -141,6 +160,53 @@ impl JobRecord {
             }
         }
         dropped
+    }
+
+    /// Whether a run of the job left output or restore points that a start from empty state
+    /// would ignore: it finished, was stopped with a savepoint, names a restore point, or
+    /// notified sinks of a completed checkpoint. A reset record, or one of a run that died
+    /// before its first checkpoint completed, leaves nothing.
+    pub fn has_earlier_run(&self) -> bool {
+        match self.status {
+            RecordedStatus::Reset => false,
+            RecordedStatus::Finished { .. } | RecordedStatus::Stopped { .. } => true,
+            _ => !self.completed.is_empty() || self.notified_through > 0,
+        }
+    }
+
+    /// How the record stands, in words, for messages: `a run that finished (epoch 3), sinks
+    /// notified through checkpoint 7`.
+    pub fn describe(&self) -> String {
+        let status = match &self.status {
+            RecordedStatus::Running => {
+                "a run that did not end (it is running, or its process died)".to_string()
+            }
+            RecordedStatus::Finished { .. } => "a run that finished".to_string(),
+            RecordedStatus::Stopped { savepoint, .. } => {
+                format!("a run stopped with savepoint {savepoint}")
+            }
+            RecordedStatus::Cancelled { .. } => "a cancelled run".to_string(),
+            RecordedStatus::Failed => "a run that failed".to_string(),
+            RecordedStatus::Reset => "a reset".to_string(),
+        };
+        let mut text = format!("{status} (epoch {})", self.epoch);
+        if let Some(latest) = self.latest() {
+            let kind = match latest.kind {
+                SnapshotType::Checkpoint => "checkpoint",
+                SnapshotType::Savepoint => "savepoint",
+            };
+            text.push_str(&format!(
+                ", newest restore point {kind} {} at `{}`",
+                latest.id, latest.location
+            ));
+        }
+        if self.notified_through > 0 {
+            text.push_str(&format!(
+                ", sinks notified through checkpoint {}",
+                self.notified_through
+            ));
+        }
+        text
     }
 
     /// Encodes as `MAGIC | crc32 | length | postcard payload`.

@@ -147,6 +147,24 @@ pub enum RecoveryError {
         /// Sinks that commit on checkpoint completion.
         sinks: Vec<String>,
     },
+    /// A start from empty state over an earlier run of the job.
+    #[error(
+        "job `{job}` ran here before: `{storage}` holds {found}. Starting it from empty state \
+         would {consequence}. Resume it instead (ExecutionConfig::with_resume_from_latest_checkpoint; \
+         `--resume` in Weir's example jobs), restore a checkpoint or savepoint \
+         (`execution.savepoint.path`), or start over with `weir reset {storage}` (it deletes the \
+         job's checkpoints; move its sinks' output aside too)"
+    )]
+    EarlierRun {
+        /// The job.
+        job: String,
+        /// The checkpoint storage (the job's directory).
+        storage: String,
+        /// What the earlier run left, in words.
+        found: String,
+        /// What starting over would do.
+        consequence: String,
+    },
     /// A restore from a path older than output already committed.
     #[error(
         "cannot restore job `{job}` from `{path}`: it is checkpoint {checkpoint_id}, but sinks \
@@ -248,19 +266,51 @@ pub fn plan_start(
     };
     match mode {
         StartMode::Fresh => {
-            let note = match previous {
-                PreviousRecord::Found(record)
-                    if record.status == RecordedStatus::Running && !record.completed.is_empty() =>
-                {
-                    Some(format!(
-                        "a previous run of job `{job}` did not finish (its newest checkpoint is \
-                         {}); this run starts from empty state, as it was not asked to resume",
-                        record.completed.last().map_or(0, |c| c.id)
-                    ))
+            // Resuming is never silent and never the default (as in Flink, where a job is
+            // resumed only when asked to): over an earlier run, the user chooses.
+            let found = match previous {
+                PreviousRecord::Found(record) if record.has_earlier_run() => {
+                    Some(record.describe())
+                }
+                PreviousRecord::Unreadable(problem) => {
+                    Some(format!("a job record that cannot be read ({problem})"))
+                }
+                PreviousRecord::None if !checkpoints_on_disk.is_empty() => {
+                    let mut ids: Vec<u64> = checkpoints_on_disk.iter().map(|c| c.id).collect();
+                    ids.sort_unstable();
+                    Some(format!("checkpoints {ids:?} but no job record"))
                 }
                 _ => None,
             };
-            Ok(StartPlan::Fresh { note })
+            let Some(found) = found else {
+                return Ok(StartPlan::Fresh { note: None });
+            };
+            if !lenient {
+                return Err(RecoveryError::EarlierRun {
+                    job: job.into(),
+                    storage: storage.into(),
+                    found,
+                    consequence: format!(
+                        "commit that run's output a second time through sinks {}",
+                        sink_list(sinks)
+                    ),
+                });
+            }
+            Ok(StartPlan::Fresh {
+                note: Some(format!(
+                    "job `{job}` ran here before (`{storage}` holds {found}); it starts from \
+                     empty state, as it was not asked to resume{}",
+                    if sinks.is_empty() {
+                        " (its sinks are idempotent or at-least-once)".to_string()
+                    } else {
+                        format!(
+                            " and `{FALLBACK_OPTION}: allow-duplicates` allows: sinks {} commit \
+                             its output a second time",
+                            sink_list(sinks)
+                        )
+                    }
+                )),
+            })
         }
         StartMode::RestoreFrom { path, id } => {
             let notified_through = match previous {
@@ -375,6 +425,44 @@ pub fn plan_start(
             }
         },
     }
+}
+
+/// Why metadata read from the location of restore point `expected` is not that restore point,
+/// if it is not: its checkpoint id differs from the one the record names or the one its
+/// directory is named after (an older checkpoint copied over a newer one), or its epoch from
+/// the one the record names (a copy left by another incarnation of the job). A restore
+/// point that is not provably the one recorded is unusable, like a damaged one.
+pub fn metadata_mismatch(
+    expected: &RecordedCheckpoint,
+    metadata_id: u64,
+    metadata_epoch: u64,
+) -> Option<String> {
+    let directory = expected
+        .location
+        .rsplit(['/', '\\'])
+        .next()
+        .and_then(crate::checkpoint::storage::parse_any_location);
+    if metadata_id != expected.id {
+        return Some(format!(
+            "its metadata is checkpoint {metadata_id}'s, not checkpoint {}'s (a checkpoint \
+             copied over another?)",
+            expected.id
+        ));
+    }
+    if let Some(named) = directory.filter(|named| *named != metadata_id) {
+        return Some(format!(
+            "its metadata is checkpoint {metadata_id}'s, but its directory is named after \
+             checkpoint {named}"
+        ));
+    }
+    if expected.epoch != 0 && metadata_epoch != expected.epoch {
+        return Some(format!(
+            "its metadata was written by epoch {metadata_epoch}, but the job record says epoch \
+             {} completed it (a stale copy?)",
+            expected.epoch
+        ));
+    }
+    None
 }
 
 fn replay_note(job: &str, from: Option<u64>, notified_through: u64, sinks: &[String]) -> String {
@@ -617,18 +705,104 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_start_over_an_unfinished_run_is_allowed_with_a_warning() {
-        let plan = plan_start(
+    fn a_fresh_start_over_an_earlier_run_is_refused_and_names_the_ways_on() {
+        for previous in [
+            record(&[3], RecordedStatus::Running),
+            record(
+                &[],
+                RecordedStatus::Finished {
+                    final_checkpoint: None,
+                },
+            ),
+            PreviousRecord::Unreadable("checksum mismatch".into()),
+        ] {
+            let err = plan_start(ctx(&sinks(), REFUSE), &StartMode::Fresh, &previous, &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("job `j` ran here before: `/c/j` holds")
+                    && err.contains("`Sink: files`")
+                    && err.contains("with_resume_from_latest_checkpoint")
+                    && err.contains("execution.savepoint.path")
+                    && err.contains("weir reset /c/j"),
+                "{err}"
+            );
+        }
+        let err = plan_start(
             ctx(&sinks(), REFUSE),
             &StartMode::Fresh,
             &record(&[3], RecordedStatus::Running),
             &[],
         )
-        .unwrap();
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("newest restore point checkpoint 3"), "{err}");
+        let err = plan_start(
+            ctx(&sinks(), REFUSE),
+            &StartMode::Fresh,
+            &PreviousRecord::None,
+            &[chk(4)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("checkpoints [4] but no job record"), "{err}");
+        // Allowed, and said, with only idempotent sinks or the override.
+        for sinks in [&[][..], &sinks()[..]] {
+            let policy = if sinks.is_empty() { REFUSE } else { ALLOW };
+            let plan = plan_start(
+                ctx(sinks, policy),
+                &StartMode::Fresh,
+                &record(&[3], RecordedStatus::Running),
+                &[],
+            )
+            .unwrap();
+            assert!(
+                matches!(&plan, StartPlan::Fresh { note: Some(n) } if n.contains("ran here before")),
+                "{plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fresh_start_after_a_reset_or_a_run_that_committed_nothing_is_allowed() {
+        let PreviousRecord::Found(mut reset) = record(&[], RecordedStatus::Reset) else {
+            unreachable!()
+        };
+        reset.max_id = 12;
+        reset.epoch = 5;
+        let never_checkpointed = record(&[], RecordedStatus::Running);
+        for previous in [
+            PreviousRecord::Found(reset),
+            never_checkpointed,
+            PreviousRecord::None,
+        ] {
+            assert_eq!(
+                plan_start(ctx(&sinks(), REFUSE), &StartMode::Fresh, &previous, &[]),
+                Ok(StartPlan::Fresh { note: None }),
+                "{previous:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn restored_metadata_must_be_the_recorded_restore_point() {
+        let recorded = chk(12).with_epoch(3);
+        assert_eq!(metadata_mismatch(&recorded, 12, 3), None);
+        let copied_over = metadata_mismatch(&recorded, 10, 3).unwrap();
         assert!(
-            matches!(&plan, StartPlan::Fresh { note: Some(n) } if n.contains("did not finish")),
-            "{plan:?}"
+            copied_over.contains("checkpoint 10's, not checkpoint 12's"),
+            "{copied_over}"
         );
+        let stale = metadata_mismatch(&recorded, 12, 2).unwrap();
+        assert!(stale.contains("written by epoch 2"), "{stale}");
+        // A location named after another id than the one recorded.
+        let renamed = RecordedCheckpoint::new(7, SnapshotType::Checkpoint, "/c/j/chk-8");
+        assert!(metadata_mismatch(&renamed, 7, 1)
+            .unwrap()
+            .contains("named after checkpoint 8"));
+        // A savepoint given by path, under any name, with no epoch on record.
+        let by_path = RecordedCheckpoint::new(4, SnapshotType::Savepoint, "/backups/my-savepoint");
+        assert_eq!(metadata_mismatch(&by_path, 4, 9), None);
     }
 
     #[test]

@@ -413,9 +413,17 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for FileSinkCore<T> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && committed.exists() => {}
                 Err(e) => {
                     return Err(format!(
-                    "file sink: cannot commit `{}` (neither pending nor committed any more): {e}",
-                    pending.display()
-                )
+                        "file sink: cannot commit `{}` ({e}): this part of a completed \
+                         checkpoint's transaction is no longer pending, and `{}` does not exist \
+                         either, so the output directory was changed outside the job (files \
+                         removed or moved, or the job reset while this process ran) and these \
+                         rows are missing from it. Put the output directory back to resume \
+                         exactly, or start the job over (`weir reset <checkpoint dir>/<job> \
+                         --output {}`)",
+                        pending.display(),
+                        committed.display(),
+                        self.config.dir.display()
+                    )
                     .into())
                 }
             }
@@ -458,4 +466,35 @@ pub fn committed_files(dir: impl AsRef<Path>) -> std::io::Result<Vec<PathBuf>> {
         .collect();
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_neither_pending_nor_committed_is_named_with_the_way_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let TwoPhaseCommit(mut core) = FileSink::<String>::lines(dir.path())
+            .with_suffix(".csv")
+            .into_two_phase_commit_sink();
+        let gone = FileTransaction {
+            token: "e3x1".into(),
+            subtask: 0,
+            parts: vec![0],
+        };
+        let err = TwoPhaseCommitSink::<String>::commit(&mut core, &gone)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(".part-0-e3x1-0.pending")
+                && err.contains("part-0-e3x1-0.csv` does not exist")
+                && err.contains("Put the output directory back")
+                && err.contains(&format!("--output {}", dir.path().display())),
+            "{err}"
+        );
+        // Committed before (by another process that took the job over): nothing to do.
+        std::fs::write(dir.path().join("part-0-e3x1-0.csv"), b"x\n").unwrap();
+        TwoPhaseCommitSink::<String>::commit(&mut core, &gone).unwrap();
+    }
 }

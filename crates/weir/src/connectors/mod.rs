@@ -13,6 +13,7 @@ pub mod generator;
 mod line_limit;
 pub mod malformed;
 pub mod origin;
+pub mod output_epochs;
 pub mod print;
 pub mod rate_limiter;
 pub mod sink;

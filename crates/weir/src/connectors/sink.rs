@@ -5,26 +5,27 @@ use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::checkpoint::recovery::{CorruptCheckpointPolicy, FALLBACK_OPTION};
 use crate::error::BoxError;
 
-/// Whether a sink subtask starts from empty state although its job was asked to resume:
-/// no restore point was found (its checkpoints or job record are gone). A sink that can tell
-/// its own committed output then checks that there is none, because starting over it would
-/// write it again. Not when the configuration accepts duplicates.
-pub fn resumes_from_empty_state(context: &RuntimeContext) -> bool {
+/// Whether a sink subtask starts from empty state: no checkpoint or savepoint is restored
+/// (a fresh start, or a resume that found no restore point because the job's checkpoints or
+/// record are gone). A sink that can tell its own committed output then checks that there is
+/// none, because starting over it would write it again. Not when the configuration accepts
+/// duplicates.
+pub fn starts_from_empty_state(context: &RuntimeContext) -> bool {
     let config = context.execution_config();
-    config.resume_from_latest_checkpoint
-        && config.restore.is_none()
+    config.restore.is_none()
         && context.restored_checkpoint_id().is_none()
         && config.checkpoint.corrupt_checkpoint_policy == CorruptCheckpointPolicy::Refuse
 }
 
 /// The error of a sink that found its own committed output (`found`: a file, a row) while
-/// its job resumes from empty state.
+/// its job starts from empty state.
 pub fn committed_output_error(context: &RuntimeContext, found: &str) -> BoxError {
     format!(
-        "sink `{}`: the job was asked to resume, but it has no checkpoint to resume from, and \
-         committed output of this sink exists already ({found}); starting from empty state would \
-         commit it a second time. Restore the job's checkpoint directory, or remove that output \
-         to start over, or set `{FALLBACK_OPTION}: allow-duplicates` to start anyway",
+        "sink `{}`: the job starts from empty state (it has no checkpoint to restore), but \
+         committed output of this sink exists already ({found}); starting from empty state \
+         would commit it a second time. Resume the job from its checkpoints, restore the \
+         job's checkpoint directory, or move that output aside to start over (`weir reset` \
+         with `--output`), or set `{FALLBACK_OPTION}: allow-duplicates` to start anyway",
         context.operator_name()
     )
     .into()

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::connectors::commit_metrics::CommitMetrics;
-use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
+use crate::connectors::sink::{committed_output_error, starts_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
 
 /// A transactional external system, seen from one sink subtask.
@@ -24,8 +24,8 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
     type Transaction: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static;
 
     /// Some committed output of this sink that exists already (a file name, a row), if the
-    /// sink can tell: a job asked to resume that finds no checkpoint refuses to start from
-    /// empty state over it. By default the sink cannot tell.
+    /// sink can tell: a job that starts from empty state (no checkpoint or savepoint to
+    /// restore) refuses to start over it. By default the sink cannot tell.
     fn find_committed_output(
         &mut self,
         _context: &RuntimeContext,
@@ -189,7 +189,7 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkWriter<T> for TwoPhaseComm
         // Recovery below commits and aborts transactions: not in a process that lost its job,
         // where they could be the new holder's.
         self.context.fencing_token().check()?;
-        if resumes_from_empty_state(&self.context) {
+        if starts_from_empty_state(&self.context) {
             if let Some(found) = self.sink.find_committed_output(&self.context)? {
                 return Err(committed_output_error(&self.context, &found));
             }

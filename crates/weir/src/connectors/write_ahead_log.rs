@@ -15,13 +15,16 @@ use serde::{Deserialize, Serialize};
 use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::connectors::commit_metrics::CommitMetrics;
 use crate::connectors::file_sink::Encoder;
-use crate::connectors::sink::{committed_output_error, resumes_from_empty_state, Sink, SinkWriter};
+use crate::connectors::sink::{committed_output_error, starts_from_empty_state, Sink, SinkWriter};
 use crate::error::BoxError;
 use crate::record::Record;
 
 /// The id of one batch: which subtask wrote it, for which checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BatchId {
+    /// The epoch of the process that buffered it (kept with the batch in the checkpoint, so
+    /// that a commit retried by a later process names the batch the same way).
+    pub epoch: u64,
     /// The subtask that buffered it.
     pub subtask: u32,
     /// The checkpoint it belongs to.
@@ -30,11 +33,22 @@ pub struct BatchId {
 
 /// Writes batches to the external system, each id at most once.
 pub trait BatchCommitter<T>: Send + 'static {
+    /// Called once per subtask at start, after the process was found to hold the job and
+    /// before any batch is committed: where the committer claims what its commits need (for
+    /// files, a staging directory of this process's epoch) and revokes what stale processes
+    /// of older epochs hold, so that their late commits fail instead of landing.
+    fn open(&mut self, _context: &RuntimeContext) -> Result<(), BoxError> {
+        Ok(())
+    }
+    /// Called when the subtask ends normally (best effort: a crash skips it).
+    fn close(&mut self) -> Result<(), BoxError> {
+        Ok(())
+    }
     /// Writes `records` as batch `id`, unless batch `id` was written already (then does
     /// nothing). Must be atomic: a crash leaves the batch either written whole or not at all.
     fn commit_batch(&mut self, id: BatchId, records: &[T]) -> Result<(), BoxError>;
-    /// Some batch committed already (its name), if the committer can tell: a job asked to
-    /// resume that finds no checkpoint refuses to start from empty state over it.
+    /// Some batch committed already (its name), if the committer can tell: a job that starts
+    /// from empty state refuses to start over it.
     fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
         Ok(None)
     }
@@ -75,6 +89,9 @@ pub struct WriteAheadLogWriter<T, C> {
     current: Vec<T>,
     pending: Vec<(BatchId, Vec<T>)>,
     metrics: CommitMetrics,
+    /// The stream ended: the committer closes once nothing is pending (the final
+    /// checkpoint's batch commits after the stream ended).
+    closing: bool,
 }
 
 impl<T: Record, C: BatchCommitter<T> + Clone> Sink<T> for WriteAheadLog<C> {
@@ -86,6 +103,7 @@ impl<T: Record, C: BatchCommitter<T> + Clone> Sink<T> for WriteAheadLog<C> {
             current: Vec::new(),
             pending: Vec::new(),
             metrics: CommitMetrics::new(context),
+            closing: false,
         })
     }
 }
@@ -105,6 +123,10 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
             self.metrics.committed(Some(id.checkpoint_id));
         }
         self.metrics.set_pending(self.pending.len());
+        if self.closing && self.pending.is_empty() {
+            self.closing = false;
+            self.committer.close()?;
+        }
         Ok(())
     }
 }
@@ -112,11 +134,12 @@ impl<T: Record, C: BatchCommitter<T>> WriteAheadLogWriter<T, C> {
 impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C> {
     fn initialize_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
         self.context.fencing_token().check()?;
-        if resumes_from_empty_state(&self.context) {
+        if starts_from_empty_state(&self.context) {
             if let Some(found) = self.committer.find_committed_output()? {
                 return Err(committed_output_error(&self.context, &found));
             }
         }
+        self.committer.open(&self.context)?;
         // Batches in a restored checkpoint belong to completed checkpoints: commit them now,
         // covering completion notices lost in the crash.
         self.pending = ctx.operator_state().get_list(PENDING_STATE)?;
@@ -131,6 +154,7 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
     fn flush(&mut self, end_of_input: bool) -> Result<(), BoxError> {
         if end_of_input && !self.context.is_checkpointing() {
             let id = BatchId {
+                epoch: self.context.fencing_token().epoch(),
                 subtask: self.context.subtask_index(),
                 checkpoint_id: u64::MAX,
             };
@@ -145,6 +169,7 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
             .checkpoint_id()
             .ok_or("snapshot without a checkpoint id")?;
         let id = BatchId {
+            epoch: self.context.fencing_token().epoch(),
             subtask: self.context.subtask_index(),
             checkpoint_id,
         };
@@ -159,16 +184,35 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<(), BoxError> {
         self.commit_up_to(checkpoint_id)
     }
+
+    fn close(&mut self) -> Result<(), BoxError> {
+        self.closing = true;
+        if self.pending.is_empty() {
+            self.closing = false;
+            self.committer.close()?;
+        }
+        Ok(())
+    }
 }
 
-/// A [`BatchCommitter`] writing each batch as one file, `<prefix>-<subtask>-<checkpoint><suffix>`,
-/// created under a hidden temporary name and renamed into place: the file's existence is the
-/// record that the batch was committed.
+/// A [`BatchCommitter`] writing each batch as one file,
+/// `<prefix>-<subtask>-e<epoch>-<checkpoint><suffix>`,
+/// written in a staging directory of the committing process and renamed into place: the
+/// file's existence is the record that the batch was committed.
+///
+/// The staging directory (`.staging-e<epoch>-s<subtask>`, hidden in the output directory) is
+/// the fence where the effect happens: it is created when a process takes the job, and never
+/// again by a commit; a process of a newer epoch removes the older ones when it starts (and a
+/// reset moves the whole output directory aside). A process that checked that it holds the
+/// job and stalled before it wrote its batch finds its staging directory gone when it wakes
+/// up, so its commit fails instead of landing beside the successor's output.
 pub struct FileBatchCommitter<T> {
     dir: PathBuf,
     prefix: String,
     suffix: String,
     encoder: Encoder<T>,
+    /// This subtask's staging directory, once opened.
+    staging: Option<PathBuf>,
 }
 
 impl<T> Clone for FileBatchCommitter<T> {
@@ -178,8 +222,21 @@ impl<T> Clone for FileBatchCommitter<T> {
             prefix: self.prefix.clone(),
             suffix: self.suffix.clone(),
             encoder: self.encoder.clone(),
+            staging: None,
         }
     }
+}
+
+/// Prefix of a WAL file sink's staging directories.
+const STAGING_PREFIX: &str = ".staging-e";
+
+/// The epoch a staging directory's name carries (`.staging-e<epoch>-s<subtask>`).
+fn staging_epoch(name: &str) -> Option<u64> {
+    name.strip_prefix(STAGING_PREFIX)?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl<T> FileBatchCommitter<T> {
@@ -190,6 +247,7 @@ impl<T> FileBatchCommitter<T> {
             prefix: "batch".into(),
             suffix: String::new(),
             encoder,
+            staging: None,
         }
     }
     /// Sets the suffix of batch files.
@@ -212,7 +270,83 @@ impl<T: std::fmt::Display> FileBatchCommitter<T> {
     }
 }
 
+impl<T> FileBatchCommitter<T> {
+    /// Removes the staging directories of epochs older than `epoch`: renamed away first (the
+    /// instant a stale process's commit starts to fail), then deleted.
+    fn revoke_older_staging(&self, epoch: u64) -> Result<(), BoxError> {
+        let entries = fs::read_dir(&self.dir)
+            .map_err(|e| format!("WAL sink: cannot list `{}`: {e}", self.dir.display()))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if staging_epoch(&name).is_none_or(|e| e >= epoch) {
+                continue;
+            }
+            let revoked = self
+                .dir
+                .join(format!(".revoked{name}-by-e{epoch}-{}", std::process::id()));
+            match fs::rename(entry.path(), &revoked) {
+                Ok(()) => {
+                    tracing::info!(staging = %entry.path().display(),
+                        "WAL sink: revoked the staging directory of an older process");
+                    if let Err(e) = fs::remove_dir_all(&revoked) {
+                        tracing::warn!(dir = %revoked.display(), error = %e,
+                            "WAL sink: cannot delete a revoked staging directory");
+                    }
+                }
+                // Another subtask of this process revoked it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(format!(
+                        "WAL sink: cannot revoke `{}`: {e}",
+                        entry.path().display()
+                    )
+                    .into())
+                }
+            }
+        }
+        // Revoked directories another subtask renamed but could not delete.
+        for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with(".revoked.staging-e") {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<T: Send + 'static> BatchCommitter<T> for FileBatchCommitter<T> {
+    fn open(&mut self, context: &RuntimeContext) -> Result<(), BoxError> {
+        fs::create_dir_all(&self.dir)
+            .map_err(|e| format!("WAL sink: cannot create `{}`: {e}", self.dir.display()))?;
+        let epoch = context.fencing_token().epoch();
+        self.revoke_older_staging(epoch)?;
+        let staging = self.dir.join(format!(
+            "{STAGING_PREFIX}{epoch}-s{}",
+            context.subtask_index()
+        ));
+        match fs::create_dir(&staging) {
+            Ok(()) => {}
+            // This process's own, from an earlier attempt of this run.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(format!("WAL sink: cannot create `{}`: {e}", staging.display()).into())
+            }
+        }
+        self.staging = Some(staging);
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), BoxError> {
+        if let Some(staging) = self.staging.take() {
+            if let Err(e) = fs::remove_dir_all(&staging) {
+                tracing::warn!(dir = %staging.display(), error = %e,
+                    "WAL sink: cannot remove its staging directory");
+            }
+        }
+        Ok(())
+    }
+
     fn find_committed_output(&mut self) -> Result<Option<String>, BoxError> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(entries) => entries,
@@ -232,35 +366,138 @@ impl<T: Send + 'static> BatchCommitter<T> for FileBatchCommitter<T> {
     }
 
     fn commit_batch(&mut self, id: BatchId, records: &[T]) -> Result<(), BoxError> {
+        // The epoch in the name lets a reset remove what older epochs committed, by name
+        // (`output_epochs`).
         let name = if id.checkpoint_id == u64::MAX {
-            format!("{}-{}-final{}", self.prefix, id.subtask, self.suffix)
+            format!(
+                "{}-{}-e{}-final{}",
+                self.prefix, id.subtask, id.epoch, self.suffix
+            )
         } else {
             format!(
-                "{}-{}-{:020}{}",
-                self.prefix, id.subtask, id.checkpoint_id, self.suffix
+                "{}-{}-e{}-{:020}{}",
+                self.prefix, id.subtask, id.epoch, id.checkpoint_id, self.suffix
             )
         };
         let target = self.dir.join(&name);
-        if target.exists() {
-            return Ok(());
-        }
-        fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("WAL sink: cannot create `{}`: {e}", self.dir.display()))?;
         let mut bytes = Vec::new();
         for record in records {
             (self.encoder)(record, &mut bytes)?;
         }
-        let temp = self.dir.join(format!(".{name}.tmp"));
-        let mut file = fs::File::create(&temp)
-            .map_err(|e| format!("WAL sink: cannot create `{}`: {e}", temp.display()))?;
+        match fs::read(&target) {
+            // The same batch, committed before (a commit retried after a crash).
+            Ok(existing) if existing == bytes => return Ok(()),
+            // Another batch under this name: skipping would lose this one, overwriting
+            // would lose that one.
+            Ok(existing) => {
+                return Err(format!(
+                    "WAL sink: cannot commit checkpoint {}'s batch of subtask {} ({} bytes): \
+                     `{}` exists already with other content ({} bytes), committed by an earlier \
+                     run of the job whose checkpoint ids this run repeats (its checkpoints and \
+                     job record were removed). Move that output aside, or restore the job's \
+                     checkpoint directory",
+                    id.checkpoint_id,
+                    id.subtask,
+                    bytes.len(),
+                    target.display(),
+                    existing.len()
+                )
+                .into())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!("WAL sink: cannot read `{}`: {e}", target.display()).into())
+            }
+        }
+        let Some(staging) = &self.staging else {
+            return Err("WAL sink: a batch committed before the sink was opened".into());
+        };
+        let temp = staging.join(format!(".{name}.tmp"));
+        // Never `create_dir_all` here: a staging directory that is gone was revoked by a
+        // process that took the job over, and this commit must fail.
+        let revoked = |e: std::io::Error| -> BoxError {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "WAL sink: cannot commit `{}`: this process's staging directory `{}` was \
+                     revoked (another process took the job over, or the job was reset); \
+                     nothing was committed",
+                    target.display(),
+                    staging.display()
+                )
+                .into()
+            } else {
+                format!("WAL sink: cannot commit `{}`: {e}", target.display()).into()
+            }
+        };
+        let mut file = fs::File::create(&temp).map_err(revoked)?;
         file.write_all(&bytes)
             .and_then(|()| file.sync_all())
             .map_err(|e| format!("WAL sink: cannot write `{}`: {e}", temp.display()))?;
-        fs::rename(&temp, &target)
-            .map_err(|e| format!("WAL sink: cannot commit `{}`: {e}", target.display()))?;
+        fs::rename(&temp, &target).map_err(revoked)?;
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| format!("WAL sink: cannot fsync `{}`: {e}", self.dir.display()))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::fencing::FencingToken;
+    use crate::checkpoint::storage::MemoryCheckpointStorage;
+
+    fn context(epoch: u64) -> RuntimeContext {
+        let storage = Arc::new(MemoryCheckpointStorage::new("j"));
+        RuntimeContext::for_test(0, FencingToken::new("j", epoch, "me", storage, None))
+    }
+
+    fn batch(checkpoint_id: u64) -> BatchId {
+        BatchId {
+            epoch: 1,
+            subtask: 0,
+            checkpoint_id,
+        }
+    }
+
+    #[test]
+    fn a_successor_revokes_the_staging_of_an_older_process_whose_late_commit_then_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stale = FileBatchCommitter::<String>::lines(dir.path());
+        stale.open(&context(1)).unwrap();
+        stale.commit_batch(batch(1), &["a".into()]).unwrap();
+        let mut successor = FileBatchCommitter::<String>::lines(dir.path());
+        successor.open(&context(2)).unwrap();
+        // The stale process checked its fencing token before the successor started, and
+        // commits now: its staging directory is gone, so nothing lands.
+        let err = stale
+            .commit_batch(batch(2), &["b".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("was revoked"), "{err}");
+        assert!(!dir.path().join("batch-0-e1-00000000000000000002").exists());
+        // The successor commits the same batches: the one committed before is the same, so
+        // it stands; a different batch under a committed name is refused, never skipped.
+        successor.commit_batch(batch(1), &["a".into()]).unwrap();
+        successor.commit_batch(batch(2), &["b".into()]).unwrap();
+        let err = successor
+            .commit_batch(batch(1), &["other".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exists already with other content"), "{err}");
+        successor.close().unwrap();
+        let mut names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "batch-0-e1-00000000000000000001",
+                "batch-0-e1-00000000000000000002"
+            ],
+            "no staging directory is left behind"
+        );
     }
 }

@@ -278,8 +278,12 @@ impl<S: Source> SourceTask<S> {
     ) -> Result<StopOutcome, TaskError> {
         tracing::debug!(task = %env.task_name, savepoint = barrier.checkpoint_id, "source stopped at the savepoint's barrier");
         let outcome = await_stop_savepoint(env, barrier, |control| self.on_control(control))?;
-        if outcome == StopOutcome::Resumed {
-            tracing::info!(task = %env.task_name, savepoint = barrier.checkpoint_id, "stop-with-savepoint failed; reading resumes");
+        match outcome {
+            StopOutcome::Resumed => {
+                tracing::info!(task = %env.task_name, savepoint = barrier.checkpoint_id, "stop-with-savepoint failed; reading resumes");
+            }
+            // The task ends as the savepoint left it, its operators closed.
+            StopOutcome::Completed => self.chain.close()?,
         }
         Ok(outcome)
     }

@@ -324,8 +324,11 @@ impl<In: TaskInputs> StreamTask<In> {
             await_stop_savepoint(env, barrier, |control| self.on_control(control, handler))?;
         match outcome {
             // No end of input (drained chains ended theirs at the barrier): the task ends as
-            // the savepoint left it.
-            StopOutcome::Completed => Ok(true),
+            // the savepoint left it, its operators closed.
+            StopOutcome::Completed => {
+                self.chain.close()?;
+                Ok(true)
+            }
             StopOutcome::Resumed if self.gate.is_finished() => {
                 self.end_input(env)?;
                 Ok(true)

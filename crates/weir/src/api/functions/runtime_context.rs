@@ -130,6 +130,24 @@ impl RuntimeContext {
         }
     }
 
+    /// The context of subtask `subtask` of a one-operator job whose process holds the job
+    /// at `fencing`'s epoch (unit tests of connectors).
+    #[cfg(test)]
+    pub(crate) fn for_test(subtask: u32, fencing: FencingToken) -> Self {
+        Self {
+            operator_name: "test sink".into(),
+            operator_uid: "test-sink".into(),
+            subtask_index: subtask,
+            parallelism: subtask + 1,
+            max_parallelism: 128,
+            checkpointing: true,
+            config: Arc::new(ExecutionConfig::default()),
+            fencing,
+            restored_from: None,
+            metrics: crate::metrics::MetricGroup::detached(),
+        }
+    }
+
     /// Where the function registers its metrics (Flink's
     /// `getRuntimeContext().getMetricGroup()`); they are reported with the operator's, to
     /// the REST API and Prometheus. Looking a metric up takes a lock: on a hot path, keep

@@ -79,9 +79,20 @@ pub fn exercise(storage: &dyn CheckpointStorage) {
     );
     storage.write_job_record(&record).unwrap();
     assert_eq!(storage.read_job_record().unwrap(), Some(record.clone()));
+    assert_eq!(storage.job_record_version().unwrap(), 1);
     record.sequence = 2;
     storage.write_job_record(&record).unwrap();
     assert_eq!(storage.read_job_record().unwrap().unwrap().sequence, 2);
+    // Compare-and-swap: a version is written once, and never below the newest.
+    record.epoch = 9;
+    for version in [2, 1] {
+        record.sequence = version;
+        let err = storage.write_job_record(&record).unwrap_err();
+        assert!(err.is_record_conflict(), "version {version}: {err}");
+    }
+    let newest = storage.read_job_record().unwrap().unwrap();
+    assert_eq!((newest.sequence, newest.epoch), (2, 2));
+    assert_eq!(storage.read_primary_job_record().unwrap(), Some(newest));
 
     // Location 2 never got metadata, but the record names it: it is kept.
     let removed = storage

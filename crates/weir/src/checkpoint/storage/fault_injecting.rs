@@ -425,6 +425,21 @@ impl CheckpointStorage for FaultInjectingStorage {
         })
     }
 
+    fn local_copy(&self) -> Option<String> {
+        self.inner.local_copy()
+    }
+
+    fn remove_stale_copy(&self, copy: &str) -> Result<(), StorageError> {
+        self.inner.remove_stale_copy(copy)
+    }
+
+    fn job_record_version(&self) -> Result<u64, StorageError> {
+        let path = self.inner.describe();
+        self.other(StorageOperation::ReadJobRecord, "list", &path, || {
+            self.inner.job_record_version()
+        })
+    }
+
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
         let path = format!("{}/job record", self.inner.describe());
         self.write(StorageOperation::WriteJobRecord, &path, &[], |_| {

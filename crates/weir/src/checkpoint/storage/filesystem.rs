@@ -13,7 +13,10 @@ use super::{
     StoredCheckpoint, Verify, DISCARD_PREFIX, SHARED_DIR,
 };
 use crate::checkpoint::job_lock::JobLock;
-use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
+use crate::checkpoint::job_record::JobRecord;
+use crate::checkpoint::job_record_versions::{
+    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR,
+};
 use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use crate::runtime::stream_element::SnapshotType;
 
@@ -196,10 +199,80 @@ impl FsCheckpointStorage {
         Ok(found)
     }
 
-    fn read_record_at(dir: &Path) -> Result<JobRecord, StorageError> {
-        let path = dir.join(JOB_RECORD_FILE);
+    /// The versions of the job record kept under job directory `dir` (none if it has none).
+    fn record_versions(dir: &Path) -> Result<Vec<u64>, StorageError> {
+        let dir = dir.join(JOB_RECORD_DIR);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("list", &dir)(e)),
+        };
+        let mut versions = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("list", &dir))?;
+            if let Some(version) = parse_version(&entry.file_name().to_string_lossy()) {
+                versions.push(version);
+            }
+        }
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// Reads and verifies version `version` of the job record under job directory `dir`.
+    fn read_record_version(dir: &Path, version: u64) -> Result<JobRecord, StorageError> {
+        let path = dir.join(JOB_RECORD_DIR).join(version_name(version));
         let bytes = fs::read(&path).map_err(io("read", &path))?;
-        decode_record(path.display().to_string(), &bytes)
+        let record = decode_record(path.display().to_string(), &bytes)?;
+        let name = path.display().to_string();
+        match mismatch(&name, version, record.sequence) {
+            Some(reason) => Err(StorageError::Corrupt { path: name, reason }),
+            None => Ok(record),
+        }
+    }
+
+    /// The job record file of the newest version under job directory `job_dir`, if any (for
+    /// tests and tools that read or damage it).
+    pub fn newest_record_file(job_dir: &Path) -> Option<PathBuf> {
+        let newest = Self::record_versions(job_dir).ok()?.into_iter().max()?;
+        Some(job_dir.join(JOB_RECORD_DIR).join(version_name(newest)))
+    }
+
+    /// Creates version `version` of the record in `dir` (the record directory) from `bytes`,
+    /// failing if that name exists: written to a temporary name, fsynced, then hard-linked
+    /// to its name (which fails on an existing name, atomically), and the directory fsynced.
+    fn create_version(dir: &Path, version: u64, bytes: &[u8]) -> Result<(), StorageError> {
+        static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = version_name(version);
+        let nonce = NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temp = dir.join(format!(".{name}.{}-{nonce}.inprogress", std::process::id()));
+        write_durably(&temp, bytes)?;
+        let final_path = dir.join(&name);
+        let linked = fs::hard_link(&temp, &final_path);
+        remove_file_if_present(&temp)?;
+        match linked {
+            Ok(()) => fsync_dir(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(StorageError::RecordConflict {
+                    path: dir.display().to_string(),
+                    version,
+                    reason: format!("version {version} exists already"),
+                })
+            }
+            Err(e) => Err(io("link", &final_path)(e)),
+        }
+    }
+
+    /// Creates the record directory of job directory `job_dir` if it is missing, durably.
+    fn record_dir(job_dir: &Path) -> Result<PathBuf, StorageError> {
+        let dir = job_dir.join(JOB_RECORD_DIR);
+        if !dir.is_dir() {
+            match fs::create_dir(&dir) {
+                Ok(()) => fsync_dir(job_dir)?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io("create directory", &dir)(e)),
+            }
+        }
+        Ok(dir)
     }
 
     fn leftovers_in(dir: &Path, keep: &[PathBuf]) -> Result<Vec<PathBuf>, StorageError> {
@@ -332,11 +405,17 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        match Self::read_record_at(&self.job_dir) {
-            Ok(record) => Ok(Some(record)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
+        match Self::record_versions(&self.job_dir)?.last() {
+            Some(&newest) => Self::read_record_version(&self.job_dir, newest).map(Some),
+            None => Ok(None),
         }
+    }
+
+    fn job_record_version(&self) -> Result<u64, StorageError> {
+        Ok(Self::record_versions(&self.job_dir)?
+            .last()
+            .copied()
+            .unwrap_or(0))
     }
 
     fn max_id(&self) -> Result<u64, StorageError> {
@@ -364,59 +443,88 @@ impl CheckpointStorage for FsCheckpointStorage {
         JobLock::acquire(&self.job_dir).map(Some)
     }
 
+    fn local_copy(&self) -> Option<String> {
+        self.copy_dir.as_ref().map(|c| c.display().to_string())
+    }
+
+    fn remove_stale_copy(&self, copy: &str) -> Result<(), StorageError> {
+        let copy = Path::new(copy);
+        if self.copy_dir.as_deref() == Some(copy) || copy == self.job_dir {
+            return Ok(());
+        }
+        let records = copy.join(JOB_RECORD_DIR);
+        if records.exists() {
+            tracing::info!(copy = %copy.display(),
+                "removing the job record of a local-recovery copy this run does not keep");
+            discard_dir(&records)?;
+        }
+        Ok(())
+    }
+
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let primary = Self::read_record_at(&self.job_dir);
-        let copy = self.copy_dir.as_deref().map(Self::read_record_at);
-        let mut best: Option<JobRecord> = None;
-        let mut problems = Vec::new();
-        for read in std::iter::once(primary).chain(copy) {
-            match read {
-                Ok(record) => {
-                    if best.as_ref().is_none_or(|b| record.sequence > b.sequence) {
-                        best = Some(record);
-                    }
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => problems.push(e),
-            }
-        }
-        match (best, problems.is_empty()) {
-            (Some(record), true) => Ok(Some(record)),
-            (Some(record), false) => {
-                for problem in &problems {
-                    tracing::warn!(error = %problem, "job record unusable; using its other copy");
-                }
-                Ok(Some(record))
-            }
-            (None, true) => Ok(None),
-            (None, false) => {
-                let mut problems = problems.into_iter();
-                let first = problems.next();
-                Err(match (first, problems.next()) {
-                    (Some(primary), Some(copy)) => {
-                        let copy_path = self
-                            .copy_dir
-                            .as_deref()
-                            .map(|c| c.join(JOB_RECORD_FILE).display().to_string())
-                            .unwrap_or_default();
-                        super::combine(primary, &copy_path, copy)
-                    }
-                    (Some(only), None) => only,
-                    (None, _) => StorageError::not_found(
-                        self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
-                    ),
-                })
-            }
-        }
+        let Some(&newest) = Self::record_versions(&self.job_dir)?.last() else {
+            // The primary has none (deleted, or its disk lost): the copy's newest.
+            let Some(copy) = self.copy_dir.as_deref() else {
+                return Ok(None);
+            };
+            let Some(&newest) = Self::record_versions(copy)?.last() else {
+                return Ok(None);
+            };
+            tracing::warn!(copy = %copy.display(), version = newest,
+                "the job record is missing; using its local-recovery copy");
+            return Self::read_record_version(copy, newest).map(Some);
+        };
+        let primary = Self::read_record_version(&self.job_dir, newest);
+        // Only the copy of the same version: an older one would be stale.
+        let copy = self.copy_dir.as_deref();
+        let read_copy = || Self::read_record_version(copy.unwrap_or(Path::new("")), newest);
+        first_good(
+            primary,
+            copy.map(|c| {
+                (
+                    c.join(JOB_RECORD_DIR)
+                        .join(version_name(newest))
+                        .display()
+                        .to_string(),
+                    &read_copy as &dyn Fn() -> _,
+                )
+            }),
+        )
+        .map(Some)
     }
 
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
-        let bytes = record.encode().map_err(encoding_failed(
-            self.job_dir.join(JOB_RECORD_FILE).display().to_string(),
-        ))?;
-        replace_atomically(&self.job_dir, JOB_RECORD_FILE, &bytes)?;
+        let dir = Self::record_dir(&self.job_dir)?;
+        let version = record.sequence;
+        let name = version_name(version);
+        let bytes = record
+            .encode()
+            .map_err(encoding_failed(dir.join(&name).display().to_string()))?;
+        Self::create_version(&dir, version, &bytes)?;
+        let obsolete = match after_create(version, &Self::record_versions(&self.job_dir)?) {
+            AfterCreate::Superseded { newest } => {
+                return Err(StorageError::RecordConflict {
+                    path: dir.display().to_string(),
+                    version,
+                    reason: format!("version {newest} exists"),
+                })
+            }
+            AfterCreate::Newest { obsolete } => obsolete,
+        };
         if let Some(copy) = &self.copy_dir {
-            replace_atomically(copy, JOB_RECORD_FILE, &bytes)?;
+            let copy_dir = Self::record_dir(copy)?;
+            replace_atomically(&copy_dir, &name, &bytes)?;
+            // The copy keeps the newest version only: it is read for that version alone.
+            for other in Self::record_versions(copy)? {
+                if other != version {
+                    remove_file_if_present(&copy_dir.join(version_name(other)))?;
+                }
+            }
+        }
+        for old in obsolete {
+            if let Err(e) = remove_file_if_present(&dir.join(version_name(old))) {
+                tracing::warn!(error = %e, "cannot remove an old version of the job record");
+            }
         }
         Ok(())
     }
@@ -591,14 +699,89 @@ mod tests {
         let mut record = JobRecord::new("job");
         record.sequence = 3;
         storage.write_job_record(&record).unwrap();
-        fs::write(storage.job_dir().join(JOB_RECORD_FILE), [7u8; 40]).unwrap();
+        let primary = FsCheckpointStorage::newest_record_file(storage.job_dir()).unwrap();
+        let copy = FsCheckpointStorage::newest_record_file(storage.copy_dir().unwrap()).unwrap();
+        fs::write(&primary, [7u8; 40]).unwrap();
         assert_eq!(storage.read_job_record().unwrap(), Some(record.clone()));
-        fs::remove_file(storage.copy_dir().unwrap().join(JOB_RECORD_FILE)).unwrap();
+        fs::remove_file(&copy).unwrap();
         let err = storage.read_job_record().unwrap_err().to_string();
         assert!(
             err.contains("_job_record") && err.contains("magic"),
             "{err}"
         );
+        // The primary deleted outright: the copy's newest.
+        fs::write(&copy, record.encode().unwrap()).unwrap();
+        fs::remove_file(&primary).unwrap();
+        assert_eq!(storage.read_job_record().unwrap(), Some(record));
+    }
+
+    #[test]
+    fn a_stale_copy_is_never_read_for_a_newer_damaged_primary() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_copy = FsCheckpointStorage::new(&dir.path().join("primary"), "job")
+            .unwrap()
+            .with_local_copy(&dir.path().join("copy"))
+            .unwrap();
+        let mut record = JobRecord::new("job");
+        record.sequence = 1;
+        with_copy.write_job_record(&record).unwrap();
+        // A later run without the copy moves the primary on; the copy stays at version 1.
+        let without = FsCheckpointStorage::new(&dir.path().join("primary"), "job").unwrap();
+        record.sequence = 2;
+        without.write_job_record(&record).unwrap();
+        let newest = FsCheckpointStorage::newest_record_file(without.job_dir()).unwrap();
+        fs::write(&newest, [7u8; 40]).unwrap();
+        let err = with_copy.read_job_record().unwrap_err().to_string();
+        assert!(
+            err.contains("magic") && err.contains("00000000000000000002"),
+            "the damaged version 2 is reported, version 1 of the copy not used: {err}"
+        );
+        // A version copied over another is not trusted either.
+        fs::write(&newest, {
+            let mut older = record.clone();
+            older.sequence = 1;
+            older.encode().unwrap()
+        })
+        .unwrap();
+        let err = without.read_job_record().unwrap_err().to_string();
+        assert!(err.contains("holds version 1"), "{err}");
+    }
+
+    #[test]
+    fn a_record_version_is_written_once_and_a_late_writer_loses() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(dir.path(), "job").unwrap();
+        let mut record = JobRecord::new("job");
+        record.sequence = 1;
+        storage.write_job_record(&record).unwrap();
+        assert_eq!(storage.job_record_version().unwrap(), 1);
+        let mut successor = record.clone();
+        successor.sequence = 2;
+        successor.epoch = 2;
+        storage.write_job_record(&successor).unwrap();
+        // The stalled process read version 1 too and now writes its own version 2.
+        let mut stale = record.clone();
+        stale.sequence = 2;
+        stale.epoch = 1;
+        let err = storage.write_job_record(&stale).unwrap_err();
+        assert!(err.is_record_conflict(), "{err}");
+        assert!(err.to_string().contains("exists already"), "{err}");
+        assert_eq!(storage.read_job_record().unwrap(), Some(successor.clone()));
+        // The successor moves on; version 2 is deleted as old; the stale process's create of
+        // version 2 succeeds, and still loses to version 3.
+        successor.sequence = 3;
+        storage.write_job_record(&successor).unwrap();
+        assert_eq!(
+            FsCheckpointStorage::record_versions(storage.job_dir()).unwrap(),
+            vec![3],
+            "older versions are deleted"
+        );
+        let err = storage.write_job_record(&stale).unwrap_err();
+        assert!(
+            err.is_record_conflict() && err.to_string().contains("version 3 exists"),
+            "{err}"
+        );
+        assert_eq!(storage.read_job_record().unwrap(), Some(successor));
     }
 
     #[test]

@@ -10,7 +10,10 @@ use super::{
     StoredCheckpoint, Verify, DISCARD_PREFIX, SHARED_DIR,
 };
 use crate::checkpoint::job_lock::JobLock;
-use crate::checkpoint::job_record::{JobRecord, JOB_RECORD_FILE};
+use crate::checkpoint::job_record::JobRecord;
+use crate::checkpoint::job_record_versions::{
+    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR,
+};
 use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use crate::runtime::stream_element::SnapshotType;
 
@@ -63,8 +66,16 @@ impl MemoryCheckpointStorage {
         Ok(found)
     }
 
-    fn record_path(&self) -> String {
-        format!("{}/{JOB_RECORD_FILE}", self.root)
+    fn record_path(&self, version: u64) -> String {
+        format!("{}/{JOB_RECORD_DIR}/{}", self.root, version_name(version))
+    }
+
+    fn record_versions(&self) -> Vec<u64> {
+        let prefix = format!("{}/{JOB_RECORD_DIR}/", self.root);
+        self.files()
+            .keys()
+            .filter_map(|k| parse_version(k.strip_prefix(&prefix)?))
+            .collect()
     }
 }
 
@@ -212,16 +223,54 @@ impl CheckpointStorage for MemoryCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let path = self.record_path();
+        let Some(newest) = self.record_versions().into_iter().max() else {
+            return Ok(None);
+        };
+        let path = self.record_path(newest);
         let bytes = self.files().get(&path).cloned();
-        bytes.map(|b| decode_record(path, &b)).transpose()
+        let Some(bytes) = bytes else {
+            return Err(StorageError::not_found(path));
+        };
+        let record = decode_record(path.clone(), &bytes)?;
+        match mismatch(&path, newest, record.sequence) {
+            Some(reason) => Err(StorageError::Corrupt { path, reason }),
+            None => Ok(Some(record)),
+        }
+    }
+
+    fn job_record_version(&self) -> Result<u64, StorageError> {
+        Ok(self.record_versions().into_iter().max().unwrap_or(0))
     }
 
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
-        let path = self.record_path();
+        let version = record.sequence;
+        let path = self.record_path(version);
         let bytes = record.encode().map_err(encoding_failed(path.clone()))?;
-        self.files().insert(path, bytes);
-        Ok(())
+        let conflict = |reason: String| StorageError::RecordConflict {
+            path: format!("{}/{JOB_RECORD_DIR}", self.root),
+            version,
+            reason,
+        };
+        let prefix = format!("{}/{JOB_RECORD_DIR}/", self.root);
+        // One lock for the create and the check: as atomic as a filesystem's link.
+        let mut files = self.files();
+        if files.contains_key(&path) {
+            return Err(conflict(format!("version {version} exists already")));
+        }
+        files.insert(path, bytes);
+        let present: Vec<u64> = files
+            .keys()
+            .filter_map(|k| parse_version(k.strip_prefix(&prefix)?))
+            .collect();
+        match after_create(version, &present) {
+            AfterCreate::Superseded { newest } => Err(conflict(format!("version {newest} exists"))),
+            AfterCreate::Newest { obsolete } => {
+                for old in obsolete {
+                    files.remove(&self.record_path(old));
+                }
+                Ok(())
+            }
+        }
     }
 
     fn remove_leftovers(&self, keep: &[String]) -> Result<Vec<String>, StorageError> {

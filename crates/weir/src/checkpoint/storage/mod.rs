@@ -67,6 +67,20 @@ pub enum StorageError {
         /// What is wrong and how to fix it.
         reason: String,
     },
+    /// A version of the job record could not be written because another process wrote
+    /// that version, or a newer one, first: it took the job since this one read the record.
+    #[error(
+        "job record `{path}`: version {version} cannot be written: {reason}; another process \
+         took the job since this one read its record"
+    )]
+    RecordConflict {
+        /// The record's directory.
+        path: String,
+        /// The version this process tried to write.
+        version: u64,
+        /// What was found instead.
+        reason: String,
+    },
     /// Another process holds the job.
     #[error(
         "the job's checkpoint directory is locked by another process ({holder}); lock file \
@@ -98,6 +112,12 @@ impl StorageError {
     /// Whether the file is missing (rather than unreadable or damaged).
     pub fn is_not_found(&self) -> bool {
         matches!(self, StorageError::NotFound { .. })
+    }
+
+    /// Whether a job record write lost the race to another process's (see
+    /// [`crate::checkpoint::job_record_versions`]).
+    pub fn is_record_conflict(&self) -> bool {
+        matches!(self, StorageError::RecordConflict { .. })
     }
 }
 
@@ -156,16 +176,34 @@ pub trait CheckpointStorage: Send + Sync {
     fn discard(&self, location: &str) -> Result<(), StorageError>;
     /// Takes the job's exclusive lock (`None` where storage is private to this process).
     fn lock_job(&self) -> Result<Option<JobLock>, StorageError>;
-    /// Reads the job record: the readable copy with the highest sequence; `None` when there
-    /// is none; an error when one exists but no copy is readable.
+    /// Reads the job record's newest version (see [`crate::checkpoint::job_record_versions`]):
+    /// the primary's, else the same version's local copy; the copy's newest only when the
+    /// primary has none. `None` when there is none; an error when the newest exists but no
+    /// copy of it is readable — never an older version, which would be stale.
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError>;
     /// Reads the primary job record only, never its local copy: the one authority on which
     /// process holds the job (a copy on another disk may lag behind it).
     fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
         self.read_job_record()
     }
-    /// Writes the job record atomically (and its local copy).
+    /// The newest version of the job record in primary storage, readable or not (0: none):
+    /// a process that cannot read the record still writes above it.
+    fn job_record_version(&self) -> Result<u64, StorageError>;
+    /// Writes version `record.sequence` of the job record — only if neither it nor a newer
+    /// version exists (compare-and-swap; [`StorageError::RecordConflict`] otherwise) — and
+    /// its local copy, then deletes the older versions.
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError>;
+    /// The local-recovery copy this storage keeps, if any (its job directory), as the job
+    /// record names it.
+    fn local_copy(&self) -> Option<String> {
+        None
+    }
+    /// Removes the job record from local-recovery copy `copy` (a job directory another run
+    /// kept a copy in), which this storage does not keep up to date: left there, it could be
+    /// read as the job's record once the primary is lost.
+    fn remove_stale_copy(&self, _copy: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
     /// Removes what crashed runs left behind: locations being deleted, and checkpoint or
     /// savepoint locations without metadata (never completed) unless `keep` names them.
     /// Returns what was removed.

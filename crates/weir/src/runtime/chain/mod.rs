@@ -387,6 +387,12 @@ impl OperatorChain {
             .try_for_each(|n| n.broadcast_event(event))
     }
 
+    /// The task ends where a stop-with-savepoint left it (its input did not end): every
+    /// operator closes, releasing what it holds, and no `EndOfStream` is sent.
+    pub fn close(&mut self) -> Result<(), TaskError> {
+        self.nodes.iter_mut().try_for_each(|n| n.close())
+    }
+
     /// The task's stream has ended: every operator closes, then every writer sends
     /// `EndOfStream`.
     pub fn end_stream(&mut self) -> Result<(), TaskError> {

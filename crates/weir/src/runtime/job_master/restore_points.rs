@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use crate::checkpoint::completed_store::CompletedCheckpointStore;
 use crate::checkpoint::job_record::RecordedCheckpoint;
 use crate::checkpoint::recovery::CorruptCheckpointPolicy;
-use crate::checkpoint::recovery::{on_unusable, RecoveryContext};
+use crate::checkpoint::recovery::{metadata_mismatch, on_unusable, RecoveryContext};
 use crate::checkpoint::restore::assign_state;
 use crate::checkpoint::storage::StorageError;
 use crate::error::WeirError;
@@ -55,7 +55,18 @@ pub fn resolve(
     let candidates: Vec<&RecordedCheckpoint> =
         candidates.iter().filter(|c| !bad.contains(&c.id)).collect();
     for (i, candidate) in candidates.iter().enumerate() {
-        match store.read_metadata(&candidate.location) {
+        let read = store
+            .read_metadata(&candidate.location)
+            .and_then(|metadata| {
+                match metadata_mismatch(candidate, metadata.checkpoint_id, metadata.epoch) {
+                    Some(reason) => Err(StorageError::Corrupt {
+                        path: candidate.location.clone(),
+                        reason,
+                    }),
+                    None => Ok(metadata),
+                }
+            });
+        match read {
             Ok(metadata) => {
                 let assignment = assign_state(
                     &metadata,
