@@ -100,8 +100,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Starts a job over where it ran before: records the reset (refused while a process
-    /// holds the job, running or stalled), removes from the given output directories what
+    /// Starts a job over where it ran before: records the reset (on a filesystem refused
+    /// while a process holds the job, running or stalled; on object storage, which has no
+    /// lock, it fences a JobManager still running it), removes from the given output directories what
     /// the job's earlier runs wrote, and deletes the job's checkpoints. Savepoints stay.
     Reset {
         /// The job's checkpoint directory, `<checkpoint storage>/<job>` (the one holding

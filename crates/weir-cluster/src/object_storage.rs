@@ -33,7 +33,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use weir::checkpoint::job_lock::JobLock;
 use weir::checkpoint::job_record::JobRecord;
 use weir::checkpoint::job_record_versions::{
-    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR,
+    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR, READ_ATTEMPTS,
 };
 use weir::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use weir::checkpoint::storage::{
@@ -468,15 +468,26 @@ impl CheckpointStorage for ObjectCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let Some(&newest) = self.record_versions()?.last() else {
-            return Ok(None);
-        };
-        let path = self.under(&[JOB_RECORD_DIR, &version_name(newest)]);
-        let url = self.url_of(&path);
-        let record = decode_record(url.clone(), &self.get(&path)?)?;
-        match mismatch(&url, newest, record.sequence) {
-            Some(reason) => Err(StorageError::Corrupt { path: url, reason }),
-            None => Ok(Some(record)),
+        let mut attempts = 0;
+        loop {
+            let Some(&newest) = self.record_versions()?.last() else {
+                return Ok(None);
+            };
+            let path = self.under(&[JOB_RECORD_DIR, &version_name(newest)]);
+            let url = self.url_of(&path);
+            let bytes = match self.get(&path) {
+                // Deleted as old between the listing and the read: a newer one exists.
+                Err(e) if e.is_not_found() && attempts < READ_ATTEMPTS => {
+                    attempts += 1;
+                    continue;
+                }
+                read => read?,
+            };
+            let record = decode_record(url.clone(), &bytes)?;
+            return match mismatch(&url, newest, record.sequence) {
+                Some(reason) => Err(StorageError::Corrupt { path: url, reason }),
+                None => Ok(Some(record)),
+            };
         }
     }
 

@@ -16,7 +16,8 @@ struct Args {
     /// Directory of the click CSV files.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/data/clicks"))]
     data: PathBuf,
-    /// Working directory for output and checkpoints (reset there (`weir reset`) unless --resume..
+    /// Working directory for output and checkpoints; the job is reset there (`weir reset`)
+    /// unless --resume.
     #[arg(long, default_value = "target/clicks")]
     work_dir: PathBuf,
     /// Parallelism.

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::checkpoint::fencing::FencingToken;
 use crate::checkpoint::job_lock::{holder_description, JobLock};
 use crate::checkpoint::job_record::{JobRecord, RecordedCheckpoint, RecordedStatus};
+use crate::checkpoint::job_record_versions::same_writer;
 use crate::checkpoint::metadata::CheckpointMetadata;
 use crate::checkpoint::recovery::PreviousRecord;
 use crate::checkpoint::shared_state_registry::SharedStateRegistry;
@@ -42,6 +43,12 @@ pub struct CompletedCheckpointStore {
     shared: SharedStateRegistry,
     /// The local-recovery copy the previous record was written with.
     previous_copy: Option<String>,
+    /// The newest version of the record this process knows to be its own (or the one it read
+    /// when it took the job): the next write is the version right after it.
+    written: u64,
+    /// A write failed without saying whether its version was created: the next write first
+    /// reads the newest version, which must be this process's own.
+    resync: bool,
 }
 
 /// What [`CompletedCheckpointStore::reset`] did.
@@ -126,20 +133,60 @@ impl CompletedCheckpointStore {
                 fencing,
                 shared: SharedStateRegistry::new(),
                 previous_copy,
+                written: sequence,
+                resync: false,
             },
             previous,
         ))
     }
 
-    /// Writes the record as the next version. A write another process's version overtook
-    /// fences this process for good.
+    /// Writes the record as the version right after the newest this process knows to be its
+    /// own. A write another process's version overtook fences this process for good.
     fn persist(&mut self) -> Result<(), WeirError> {
-        self.record.sequence += 1;
-        match self.storage.write_job_record(&self.record) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_record_conflict() => Err(self.fencing.overtaken(&e).into()),
-            Err(e) => Err(e.into()),
+        if self.resync {
+            self.resync_version()?;
         }
+        self.record.sequence = self.written + 1;
+        match self.storage.write_job_record(&self.record) {
+            Ok(()) => {
+                self.written = self.record.sequence;
+                Ok(())
+            }
+            Err(e) if e.is_record_conflict() => Err(self.fencing.overtaken(&e).into()),
+            Err(e) => {
+                // Its version may exist or not: skipping it would leave a gap another
+                // process could fill, under this process's next version.
+                self.resync = true;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// After a write whose outcome is unknown: the newest version must be this process's own
+    /// (the failed write's, or the one before it); the next write follows it.
+    fn resync_version(&mut self) -> Result<(), WeirError> {
+        let newest = self.storage.job_record_version()?;
+        if newest != self.written {
+            let found = self.storage.read_primary_job_record()?;
+            let own = found.as_ref().is_some_and(|r| {
+                r.sequence == newest && newest > self.written && same_writer(&self.record, r)
+            });
+            if !own {
+                let conflict = StorageError::RecordConflict {
+                    path: self.storage.describe(),
+                    version: self.written + 1,
+                    reason: format!(
+                        "after a failed write of version {}, version {newest} is another \
+                         process's",
+                        self.written + 1
+                    ),
+                };
+                return Err(self.fencing.overtaken(&conflict).into());
+            }
+        }
+        self.written = newest;
+        self.resync = false;
+        Ok(())
     }
 
     /// The first write of this tenure, which takes the job over from the previous holder
@@ -160,8 +207,9 @@ impl CompletedCheckpointStore {
     }
 
     /// Starts job `job_name` over on purpose (`weir reset`, Flink's way being a new job):
-    /// takes its lock — refused while another process, running or stalled, holds it — and a
-    /// new epoch, records the `Reset` status (a compare-and-swap like every write: a stale
+    /// takes its lock where the storage has one — refused while another process, running or
+    /// stalled, holds it; on object storage a JobManager still running the job is fenced
+    /// instead — and a new epoch, records the `Reset` status (a compare-and-swap like every write: a stale
     /// process that wakes later cannot write over it), runs `after_record` with the new
     /// epoch while it still holds the lock (to move the job's output aside), then deletes
     /// the job's checkpoints. Savepoints stay. The record itself stays too, so that epochs,
@@ -449,11 +497,7 @@ impl CompletedCheckpointStore {
             retained as usize,
         );
         if let Err(e) = self.write() {
-            // Versions are never written twice, not even by this process: the failed write
-            // may have created its version.
-            let attempted = self.record.sequence;
             self.record = before;
-            self.record.sequence = attempted;
             return Err(e);
         }
         for old in dropped {
@@ -712,6 +756,62 @@ mod tests {
         fourth.begin(Vec::new(), 2).unwrap();
         let err = third.begin(Vec::new(), 2).unwrap_err().to_string();
         assert!(err.contains("lost the job"), "{err}");
+    }
+
+    /// A record write whose outcome was not learnt leaves no gap another process could fill
+    /// under this one's next version: the next write reads the newest version first.
+    #[test]
+    fn after_a_failed_record_write_the_next_one_goes_on_only_from_its_own_version() {
+        use crate::checkpoint::storage::{
+            FaultInjectingStorage, FaultPlan, MemoryCheckpointStorage, StorageFault,
+            StorageOperation,
+        };
+        for (fault, taken_over) in [
+            (StorageFault::NoSpace, true),
+            (StorageFault::FsyncFailed, true),
+            (StorageFault::NoSpace, false),
+            (StorageFault::FsyncFailed, false),
+        ] {
+            let inner: Arc<dyn CheckpointStorage> = Arc::new(MemoryCheckpointStorage::new("j"));
+            // The first write is `begin`, the second the first checkpoint: the third fails.
+            let plan =
+                Arc::new(FaultPlan::new().fail_call(StorageOperation::WriteJobRecord, 3, fault));
+            let faulty: Arc<dyn CheckpointStorage> =
+                Arc::new(FaultInjectingStorage::new(inner.clone(), plan));
+            let (mut first, _) = CompletedCheckpointStore::open(faulty, "j").unwrap();
+            first.begin(Vec::new(), 0).unwrap();
+            complete(&mut first, 1);
+            let location = first
+                .storage()
+                .init_location(2, SnapshotType::Checkpoint)
+                .unwrap();
+            let metadata = empty(&first, 2, SnapshotType::Checkpoint);
+            first
+                .storage()
+                .write_metadata(&location, &metadata)
+                .unwrap();
+            assert!(
+                first.add_completed(&metadata, &location, 2).is_err(),
+                "{fault:?}"
+            );
+            if taken_over {
+                // Another process takes the job in the gap (memory storage has no lock).
+                let (mut second, _) = CompletedCheckpointStore::open(inner.clone(), "j").unwrap();
+                second.begin(Vec::new(), 1).unwrap();
+                // The write itself, as if its fencing check had passed just before.
+                let err = first.persist().unwrap_err().to_string();
+                assert!(
+                    err.contains("lost the job") && err.contains("another process's"),
+                    "{fault:?}: {err}"
+                );
+                let newest = inner.read_job_record().unwrap().unwrap();
+                assert_eq!(newest.epoch, second.fencing().epoch(), "{fault:?}");
+            } else {
+                complete(&mut first, 3);
+                let newest = inner.read_job_record().unwrap().unwrap();
+                assert_eq!(newest.latest().map(|c| c.id), Some(3), "{fault:?}");
+            }
+        }
     }
 
     #[test]

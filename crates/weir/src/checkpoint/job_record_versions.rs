@@ -13,7 +13,12 @@
 //! Readers take the newest version. Older ones are deleted once a newer one is durable; a
 //! stalled process whose create succeeds only because its version was deleted as old finds
 //! the newer one in the listing after its create (the newest version is never deleted), so it
-//! fails the same way.
+//! fails the same way. After a write whose outcome it did not learn (an I/O error), a
+//! process reads the newest version before it writes again, and goes on only if that one is
+//! its own: a gap in its versions would let a stale process's next version land above a
+//! successor's.
+
+use crate::checkpoint::job_record::JobRecord;
 
 /// Name of the directory (or object prefix) of the record's versions inside the job's directory.
 pub const JOB_RECORD_DIR: &str = "_job_record";
@@ -49,7 +54,10 @@ pub enum AfterCreate {
 }
 
 /// Decides whether the create of version `written` took effect, given every version listed
-/// after it (`present`, which includes `written` unless something removed it since).
+/// after it (`present`, which includes `written` unless something removed it since). A writer
+/// always writes the version right after one it wrote or read itself — after a write whose
+/// outcome it did not learn, it reads the newest again and goes on only if that one is its
+/// own ([`same_writer`]) — so no version between goes unchecked.
 pub fn after_create(written: u64, present: &[u64]) -> AfterCreate {
     match present.iter().copied().filter(|v| *v > written).max() {
         Some(newest) => AfterCreate::Superseded { newest },
@@ -58,6 +66,16 @@ pub fn after_create(written: u64, present: &[u64]) -> AfterCreate {
         },
     }
 }
+
+/// Whether version `other` of the record was written by the process that wrote `mine` (the
+/// same epoch and holder): a version in the gap a failed write left must be.
+pub fn same_writer(mine: &JobRecord, other: &JobRecord) -> bool {
+    mine.epoch == other.epoch && mine.holder == other.holder
+}
+
+/// How many times a reader lists the versions again when the newest it listed is gone
+/// before it could read it (a writer deletes older versions right after creating a new one).
+pub const READ_ATTEMPTS: usize = 20;
 
 /// Why the record's newest version `version` (named `name`) must not be trusted although
 /// its checksum holds: its content says it is another version (a file copied from elsewhere).
@@ -98,10 +116,6 @@ mod tests {
                 obsolete: vec![3, 4]
             }
         );
-        assert_eq!(
-            after_create(5, &[5]),
-            AfterCreate::Newest { obsolete: vec![] }
-        );
         // A stalled writer recreated version 5 after it had been deleted as old: the
         // successor's newest version is still there.
         assert_eq!(
@@ -109,6 +123,21 @@ mod tests {
             AfterCreate::Superseded { newest: 9 }
         );
         assert_eq!(after_create(5, &[7]), AfterCreate::Superseded { newest: 7 });
+    }
+
+    #[test]
+    fn only_the_same_epoch_and_holder_is_the_same_writer() {
+        let mut mine = JobRecord::new("j");
+        mine.epoch = 3;
+        mine.holder = "pid 1".into();
+        let mut other = mine.clone();
+        other.sequence = 9;
+        assert!(same_writer(&mine, &other));
+        other.holder = "pid 2".into();
+        assert!(!same_writer(&mine, &other));
+        other.holder = mine.holder.clone();
+        other.epoch = 4;
+        assert!(!same_writer(&mine, &other));
     }
 
     #[test]

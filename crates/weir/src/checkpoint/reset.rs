@@ -10,8 +10,10 @@ use crate::checkpoint::storage::{create_storage, StorageError};
 use crate::connectors::output_epochs::remove_older_output;
 use crate::error::WeirError;
 
-/// Starts job `job_name` over: with its lock held (refused while another process, running
-/// or stalled, holds the job) it records the reset — a new epoch and the `Reset` status,
+/// Starts job `job_name` over: with its lock held (on a filesystem: refused while another
+/// process, running or stalled, holds the job; object storage has no lock, and there a
+/// JobManager still running the job is fenced, stopping at its next record write) it
+/// records the reset — a new epoch and the `Reset` status,
 /// written by compare-and-swap, the one step that decides the reset: a crash before it
 /// leaves the old job, after it a reset one — then removes from each file-sink output
 /// directory of `outputs` what the job's earlier epochs wrote (by the epoch in the names,

@@ -2,11 +2,13 @@
 //!
 //! Every file and directory a file sink creates in its output directory carries the epoch of
 //! the process that wrote it — `part-0-e4x…-0.csv`, `.part-0-e4x…-1.pending`,
-//! `batch-1-e4-00000000000000000007.csv`, `.staging-e4-s1` — as one `-`-separated segment
+//! `batch-1-e4-00000000000000000007.csv`, `.staging-batch-e4-s1` — as one `-`-separated segment
 //! `e<digits>` (optionally followed by `x…`). A reset removes what epochs below its own wrote
 //! *by name*: a process that took the job after the reset has a higher epoch, so nothing it
 //! writes can be removed by a reset that wakes up late. (Moving the output directory by its
-//! path could not tell the old output from a successor's.)
+//! path could not tell the old output from a successor's.) A sink's prefix therefore holds no
+//! `-e<digits>` segment of its own, and an output directory belongs to one job: a reset
+//! removes what every earlier epoch wrote there.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,25 @@ pub fn epoch_of_output_name(name: &str) -> Option<u64> {
 /// (files, and directories with what they hold); returns them. Entries without an epoch in
 /// their name are left alone. A missing directory holds nothing.
 pub fn remove_older_output(dir: &Path, epoch: u64) -> std::io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    // Until a pass finds nothing: a stale process may rename a pending part it listed into
+    // its committed name while a pass runs.
+    loop {
+        let found = remove_older_once(dir, epoch)?;
+        if found.is_empty() {
+            break;
+        }
+        removed.extend(found);
+    }
+    if !removed.is_empty() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// One pass of [`remove_older_output`].
+fn remove_older_once(dir: &Path, epoch: u64) -> std::io::Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -54,10 +75,6 @@ pub fn remove_older_output(dir: &Path, epoch: u64) -> std::io::Result<Vec<PathBu
             Err(e) => return Err(e),
         }
     }
-    if !removed.is_empty() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    removed.sort();
     Ok(removed)
 }
 
@@ -73,7 +90,7 @@ mod tests {
             (".part-1-e12x18c2f3a91b2c0001-3.inprogress", Some(12)),
             ("batch-1-e7-00000000000000000009.csv", Some(7)),
             ("batch-0-e7-final", Some(7)),
-            (".staging-e3-s0", Some(3)),
+            (".staging-batch-e3-s0", Some(3)),
             ("part-0-x18c2f3a91b2c0001-0.csv", None),
             ("batch-0-00000000000000000001", None),
             ("readme-eleven.txt", None),

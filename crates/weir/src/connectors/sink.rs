@@ -5,11 +5,11 @@ use crate::api::functions::{FunctionStateContext, RuntimeContext};
 use crate::checkpoint::recovery::{CorruptCheckpointPolicy, FALLBACK_OPTION};
 use crate::error::BoxError;
 
-/// Whether a sink subtask starts from empty state: no checkpoint or savepoint is restored
-/// (a fresh start, or a resume that found no restore point because the job's checkpoints or
-/// record are gone). A sink that can tell its own committed output then checks that there is
-/// none, because starting over it would write it again. Not when the configuration accepts
-/// duplicates.
+/// Whether a sink subtask starts from empty state: it restores no checkpoint or savepoint (a
+/// fresh start, a resume that found no restore point because the job's checkpoints or record
+/// are gone, or a restart of a job without checkpoints). A sink that can tell its own
+/// committed output then checks that there is none, because starting over it would write it
+/// again. Not when the configuration accepts duplicates.
 pub fn starts_from_empty_state(context: &RuntimeContext) -> bool {
     let config = context.execution_config();
     config.restore.is_none()
@@ -25,7 +25,9 @@ pub fn committed_output_error(context: &RuntimeContext, found: &str) -> BoxError
          committed output of this sink exists already ({found}); starting from empty state \
          would commit it a second time. Resume the job from its checkpoints, restore the \
          job's checkpoint directory, or move that output aside to start over (`weir reset` \
-         with `--output`), or set `{FALLBACK_OPTION}: allow-duplicates` to start anyway",
+         with `--output`), or set `{FALLBACK_OPTION}: allow-duplicates` to start anyway. (A \
+         job without checkpoints meets this when it restarts after some of its output was \
+         committed: with checkpoints, restarts are exact.)",
         context.operator_name()
     )
     .into()
@@ -156,5 +158,23 @@ pub trait SinkWriter<T>: Send + 'static {
     /// Checkpoint `checkpoint_id` was aborted.
     fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<(), BoxError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::fencing::FencingToken;
+
+    #[test]
+    fn every_attempt_from_empty_state_checks_for_committed_output() {
+        let mut context = RuntimeContext::for_test(0, FencingToken::unfenced("j"));
+        assert!(starts_from_empty_state(&context));
+        // A restart whose first attempt was refused must not go ahead either.
+        context.attempt = 1;
+        assert_eq!(context.attempt_number(), 1);
+        assert!(starts_from_empty_state(&context));
+        context.restored_from = Some(4);
+        assert!(!starts_from_empty_state(&context));
     }
 }

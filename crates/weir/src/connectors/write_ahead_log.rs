@@ -200,7 +200,8 @@ impl<T: Record, C: BatchCommitter<T>> SinkWriter<T> for WriteAheadLogWriter<T, C
 /// written in a staging directory of the committing process and renamed into place: the
 /// file's existence is the record that the batch was committed.
 ///
-/// The staging directory (`.staging-e<epoch>-s<subtask>`, hidden in the output directory) is
+/// The staging directory (`.staging-<prefix>-e<epoch>-s<subtask>`, hidden in the output
+/// directory) is
 /// the fence where the effect happens: it is created when a process takes the job, and never
 /// again by a commit; a process of a newer epoch removes the older ones when it starts (and a
 /// reset moves the whole output directory aside). A process that checked that it holds the
@@ -227,12 +228,12 @@ impl<T> Clone for FileBatchCommitter<T> {
     }
 }
 
-/// Prefix of a WAL file sink's staging directories.
-const STAGING_PREFIX: &str = ".staging-e";
-
-/// The epoch a staging directory's name carries (`.staging-e<epoch>-s<subtask>`).
-fn staging_epoch(name: &str) -> Option<u64> {
-    name.strip_prefix(STAGING_PREFIX)?
+/// The epoch a staging directory's name carries, if it is one of the sink with batch-file
+/// prefix `prefix` (`.staging-<prefix>-e<epoch>-s<subtask>`).
+fn staging_epoch(prefix: &str, name: &str) -> Option<u64> {
+    name.strip_prefix(".staging-")?
+        .strip_prefix(prefix)?
+        .strip_prefix("-e")?
         .split('-')
         .next()?
         .parse()
@@ -278,7 +279,7 @@ impl<T> FileBatchCommitter<T> {
             .map_err(|e| format!("WAL sink: cannot list `{}`: {e}", self.dir.display()))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            if staging_epoch(&name).is_none_or(|e| e >= epoch) {
+            if staging_epoch(&self.prefix, &name).is_none_or(|e| e >= epoch) {
                 continue;
             }
             let revoked = self
@@ -307,7 +308,7 @@ impl<T> FileBatchCommitter<T> {
         // Revoked directories another subtask renamed but could not delete.
         for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            if name.starts_with(".revoked.staging-e") {
+            if name.starts_with(&format!(".revoked.staging-{}-e", self.prefix)) {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
@@ -322,7 +323,8 @@ impl<T: Send + 'static> BatchCommitter<T> for FileBatchCommitter<T> {
         let epoch = context.fencing_token().epoch();
         self.revoke_older_staging(epoch)?;
         let staging = self.dir.join(format!(
-            "{STAGING_PREFIX}{epoch}-s{}",
+            ".staging-{}-e{epoch}-s{}",
+            self.prefix,
             context.subtask_index()
         ));
         match fs::create_dir(&staging) {

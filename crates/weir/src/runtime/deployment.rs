@@ -543,6 +543,8 @@ pub fn deploy_tasks(
                 restored,
                 fencing: fencing.clone(),
                 restored_from: restore.map(|r| r.checkpoint_id),
+                // Runs are counted from 1; attempts, as Flink's, from 0.
+                attempt: attempt.saturating_sub(1),
                 metrics: task_metrics.operator(node_id, &node.name),
                 trace_record_origins,
             };

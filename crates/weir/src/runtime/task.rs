@@ -107,6 +107,8 @@ pub struct OperatorSetup {
     pub fencing: crate::checkpoint::fencing::FencingToken,
     /// The checkpoint the job was restored from (`None`: empty state).
     pub restored_from: Option<u64>,
+    /// The run's attempt number in this process: 0 at its start, then one more per restart.
+    pub attempt: u64,
     /// The operator's live metrics, and where its code registers its own.
     pub metrics: crate::metrics::OperatorMetricGroup,
     /// Whether sources say where each record was read, so that a failing operator names the
@@ -134,6 +136,7 @@ impl OperatorSetup {
             restored: None,
             fencing: crate::checkpoint::fencing::FencingToken::unfenced("test"),
             restored_from: None,
+            attempt: 0,
             metrics: crate::metrics::OperatorMetricGroup::detached(NodeId(node), name),
             trace_record_origins: false,
         }

@@ -111,6 +111,7 @@ pub struct RuntimeContext {
     pub(crate) config: Arc<ExecutionConfig>,
     pub(crate) fencing: FencingToken,
     pub(crate) restored_from: Option<u64>,
+    pub(crate) attempt: u64,
     pub(crate) metrics: crate::metrics::MetricGroup,
 }
 
@@ -126,6 +127,7 @@ impl RuntimeContext {
             config: Arc::new(setup.config.clone()),
             fencing: setup.fencing.clone(),
             restored_from: setup.restored_from,
+            attempt: setup.attempt,
             metrics: setup.metrics.group().clone(),
         }
     }
@@ -144,6 +146,7 @@ impl RuntimeContext {
             config: Arc::new(ExecutionConfig::default()),
             fencing,
             restored_from: None,
+            attempt: 0,
             metrics: crate::metrics::MetricGroup::detached(),
         }
     }
@@ -210,6 +213,11 @@ impl RuntimeContext {
     /// started from empty state (Flink's `isRestored()`).
     pub fn restored_checkpoint_id(&self) -> Option<u64> {
         self.restored_from
+    }
+    /// Which attempt of the job's run in this process this is: 0 when the process started
+    /// the job, one more after each restart (Flink's `getAttemptNumber()`).
+    pub fn attempt_number(&self) -> u64 {
+        self.attempt
     }
     /// Whether the job takes periodic checkpoints. Transactional sinks then commit only when
     /// a checkpoint completes — the job ends with a final checkpoint — and never at the end of

@@ -15,10 +15,13 @@ use super::{
 use crate::checkpoint::job_lock::JobLock;
 use crate::checkpoint::job_record::JobRecord;
 use crate::checkpoint::job_record_versions::{
-    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR,
+    after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR, READ_ATTEMPTS,
 };
 use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
 use crate::runtime::stream_element::SnapshotType;
+
+/// The newest version of a job record, and what reading it gave.
+type NewestRecord = (u64, Result<JobRecord, StorageError>);
 
 /// Checkpoints in a directory: `<dir>/<job>/chk-<id>/`.
 #[derive(Debug, Clone)]
@@ -202,6 +205,10 @@ impl FsCheckpointStorage {
     /// The versions of the job record kept under job directory `dir` (none if it has none).
     fn record_versions(dir: &Path) -> Result<Vec<u64>, StorageError> {
         let dir = dir.join(JOB_RECORD_DIR);
+        // A file there is the one-file record of an earlier Weir: no version of this one.
+        if dir.is_file() {
+            return Ok(Vec::new());
+        }
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -248,7 +255,9 @@ impl FsCheckpointStorage {
         write_durably(&temp, bytes)?;
         let final_path = dir.join(&name);
         let linked = fs::hard_link(&temp, &final_path);
-        remove_file_if_present(&temp)?;
+        if let Err(e) = remove_file_if_present(&temp) {
+            tracing::warn!(error = %e, "cannot remove a temporary job record file");
+        }
         match linked {
             Ok(()) => fsync_dir(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -262,9 +271,47 @@ impl FsCheckpointStorage {
         }
     }
 
-    /// Creates the record directory of job directory `job_dir` if it is missing, durably.
+    /// The error for the one-file job record an earlier Weir wrote at `path`.
+    fn legacy_record(path: &Path) -> StorageError {
+        StorageError::Corrupt {
+            path: path.display().to_string(),
+            reason: "it is the one-file job record of an earlier Weir, which this version does \
+                     not read (it keeps a directory of record versions); `weir reset` starts \
+                     the job over, moving it aside"
+                .into(),
+        }
+    }
+
+    /// The newest version of the record under job directory `dir` and its content: listed
+    /// again when the version listed is deleted before it is read (a writer removes the older
+    /// versions right after it creates a new one). `None` when there is no version.
+    fn read_newest(dir: &Path) -> Result<Option<NewestRecord>, StorageError> {
+        let legacy = dir.join(JOB_RECORD_DIR);
+        if legacy.is_file() {
+            return Err(Self::legacy_record(&legacy));
+        }
+        let mut attempts = 0;
+        loop {
+            let Some(&newest) = Self::record_versions(dir)?.last() else {
+                return Ok(None);
+            };
+            match Self::read_record_version(dir, newest) {
+                Err(e) if e.is_not_found() && attempts < READ_ATTEMPTS => attempts += 1,
+                read => return Ok(Some((newest, read))),
+            }
+        }
+    }
+
+    /// Creates the record directory of job directory `job_dir` if it is missing, durably (a
+    /// one-file record of an earlier Weir is moved aside, kept under another name).
     fn record_dir(job_dir: &Path) -> Result<PathBuf, StorageError> {
         let dir = job_dir.join(JOB_RECORD_DIR);
+        if dir.is_file() {
+            let aside = job_dir.join(format!("{JOB_RECORD_DIR}.earlier-weir"));
+            fs::rename(&dir, &aside).map_err(io("move aside", &dir))?;
+            tracing::warn!(record = %aside.display(),
+                "moved aside the one-file job record of an earlier Weir");
+        }
         if !dir.is_dir() {
             match fs::create_dir(&dir) {
                 Ok(()) => fsync_dir(job_dir)?,
@@ -405,8 +452,8 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        match Self::record_versions(&self.job_dir)?.last() {
-            Some(&newest) => Self::read_record_version(&self.job_dir, newest).map(Some),
+        match Self::read_newest(&self.job_dir)? {
+            Some((_, read)) => read.map(Some),
             None => Ok(None),
         }
     }
@@ -462,19 +509,20 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let Some(&newest) = Self::record_versions(&self.job_dir)?.last() else {
+        let Some((newest, primary)) = Self::read_newest(&self.job_dir)? else {
             // The primary has none (deleted, or its disk lost): the copy's newest.
             let Some(copy) = self.copy_dir.as_deref() else {
                 return Ok(None);
             };
-            let Some(&newest) = Self::record_versions(copy)?.last() else {
-                return Ok(None);
+            return match Self::read_newest(copy)? {
+                Some((version, read)) => {
+                    tracing::warn!(copy = %copy.display(), version,
+                        "the job record is missing; using its local-recovery copy");
+                    read.map(Some)
+                }
+                None => Ok(None),
             };
-            tracing::warn!(copy = %copy.display(), version = newest,
-                "the job record is missing; using its local-recovery copy");
-            return Self::read_record_version(copy, newest).map(Some);
         };
-        let primary = Self::read_record_version(&self.job_dir, newest);
         // Only the copy of the same version: an older one would be stale.
         let copy = self.copy_dir.as_deref();
         let read_copy = || Self::read_record_version(copy.unwrap_or(Path::new("")), newest);
@@ -524,6 +572,13 @@ impl CheckpointStorage for FsCheckpointStorage {
         for old in obsolete {
             if let Err(e) = remove_file_if_present(&dir.join(version_name(old))) {
                 tracing::warn!(error = %e, "cannot remove an old version of the job record");
+            }
+        }
+        // Temporary files of writes that crashed, or lost (a stale process's, whose link
+        // would fail anyway).
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".inprogress") {
+                let _ = fs::remove_file(entry.path());
             }
         }
         Ok(())
@@ -745,6 +800,24 @@ mod tests {
         .unwrap();
         let err = without.read_job_record().unwrap_err().to_string();
         assert!(err.contains("holds version 1"), "{err}");
+    }
+
+    #[test]
+    fn the_one_file_record_of_an_earlier_weir_is_named_and_moved_aside_by_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsCheckpointStorage::new(dir.path(), "job").unwrap();
+        fs::write(storage.job_dir().join(JOB_RECORD_DIR), b"WEIRJOB1...").unwrap();
+        let err = storage.read_job_record().unwrap_err().to_string();
+        assert!(
+            err.contains("earlier Weir") && err.contains("weir reset"),
+            "{err}"
+        );
+        assert_eq!(storage.job_record_version().unwrap(), 0);
+        let mut record = JobRecord::new("job");
+        record.sequence = 1;
+        storage.write_job_record(&record).unwrap();
+        assert_eq!(storage.read_job_record().unwrap(), Some(record));
+        assert!(storage.job_dir().join("_job_record.earlier-weir").is_file());
     }
 
     #[test]

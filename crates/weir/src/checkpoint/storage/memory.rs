@@ -223,11 +223,19 @@ impl CheckpointStorage for MemoryCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let Some(newest) = self.record_versions().into_iter().max() else {
+        // Listed and read under one lock: a writer cannot delete the version in between.
+        let files = self.files();
+        let prefix = format!("{}/{JOB_RECORD_DIR}/", self.root);
+        let Some(newest) = files
+            .keys()
+            .filter_map(|k| parse_version(k.strip_prefix(&prefix)?))
+            .max()
+        else {
             return Ok(None);
         };
         let path = self.record_path(newest);
-        let bytes = self.files().get(&path).cloned();
+        let bytes = files.get(&path).cloned();
+        drop(files);
         let Some(bytes) = bytes else {
             return Err(StorageError::not_found(path));
         };
