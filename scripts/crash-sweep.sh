@@ -39,7 +39,7 @@ sweep() {
     local tree="$1" points="$2" log
     log="$(mktemp)"
     set +e
-    (cd "$tree" && WEIR_CRASH_SWEEP="$points" cargo nextest run --locked -p weir-examples \
+    (cd "$tree" && WEIR_CRASH_SWEEP="$points" cargo nextest run --locked --profile sweep -p weir-examples \
         --test crash_sweep --test zombie_sweep --no-capture --no-fail-fast >"$log" 2>&1)
     local status=$?
     set -e
