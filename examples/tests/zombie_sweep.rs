@@ -26,9 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{describe, small_data, Census};
-use weir_testkit::crash_points::{
-    self, absolute, inject, read_log, wait_stopped, Fault, FileOperation,
-};
+use weir_testkit::crash_points::{self, absolute, inject, wait_stopped, Fault, FileOperation};
 
 const ROWS_PER_FILE: usize = 400;
 const RATE: u32 = 5000;
@@ -89,16 +87,7 @@ impl Sweep {
         let work = absolute(dir.path()).join("work");
         std::fs::create_dir_all(&work).unwrap();
         let log = absolute(dir.path()).join("ops.log");
-        let mut run = self.census(&work).command(false, 2, &[]);
-        inject(&mut run, &work, Fault::None, Some(&log));
-        let output = run.output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}: the undisturbed run failed: {}",
-            self.name,
-            describe(&output)
-        );
-        read_log(&log)
+        crash_points::count_operations(self.census(&work).command(false, 2, &[]), &work, &log)
     }
 
     /// One trial: the zombie stopped at `point`, its lock removed, the replacement run to

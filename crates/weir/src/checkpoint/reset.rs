@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::checkpoint::completed_store::{CompletedCheckpointStore, ResetOutcome};
+use crate::checkpoint::completed_store::CompletedCheckpointStore;
 use crate::checkpoint::config::CheckpointConfig;
 use crate::checkpoint::storage::{create_storage, StorageError};
 use crate::connectors::output_epochs::remove_older_output;
@@ -73,4 +73,36 @@ pub fn reset_job(
         }
         Ok(())
     })
+}
+
+/// What [`CompletedCheckpointStore::reset`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetOutcome {
+    /// The job's checkpoint storage.
+    pub storage: String,
+    /// The epoch the reset took the job with.
+    pub epoch: u64,
+    /// How the earlier run stood, in words (`None`: the job had no record).
+    pub previous: Option<String>,
+    /// The checkpoints deleted.
+    pub removed_checkpoints: Vec<u64>,
+    /// Savepoints of the job's directory, which stay (they belong to the user).
+    pub savepoints: Vec<String>,
+}
+
+impl std::fmt::Display for ResetOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reset `{}` (epoch {})", self.storage, self.epoch)?;
+        match &self.previous {
+            Some(previous) => write!(f, "; it held {previous}")?,
+            None => write!(f, "; it held no job record")?,
+        }
+        if !self.removed_checkpoints.is_empty() {
+            write!(f, "; deleted checkpoints {:?}", self.removed_checkpoints)?;
+        }
+        if !self.savepoints.is_empty() {
+            write!(f, "; kept savepoints {}", self.savepoints.join(", "))?;
+        }
+        Ok(())
+    }
 }
