@@ -50,6 +50,21 @@ pub enum PostgresError {
         /// The server's detail, if any.
         detail: String,
     },
+    /// The sink's fence row names another process: a newer process of the job took it over
+    /// (or another job writes with the same transaction prefix), so this one commits nothing.
+    #[error("sink {sink} on {server}: this process (epoch {epoch}) no longer owns the sink's transactions: its fence row in {table} names {found}. A newer process of the job took it over, or another job writes with the same transaction prefix; this process commits nothing more")]
+    Fenced {
+        /// `{prefix}:{operator uid}`.
+        sink: String,
+        /// `host:port/database`.
+        server: String,
+        /// The fence table.
+        table: String,
+        /// This process's epoch.
+        epoch: u64,
+        /// What the fence row says instead.
+        found: String,
+    },
     /// A record could not be turned into a row.
     #[error("cannot map a record to a row of {table}: {message}")]
     Mapping {

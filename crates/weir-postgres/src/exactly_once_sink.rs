@@ -6,7 +6,13 @@
 //! the prepared transactions the restored checkpoint names (a missing one was committed
 //! already) and rolls back this sink's other prepared transactions — those of checkpoints
 //! that never completed.
+//!
+//! PostgreSQL itself fences the sink ([`crate::fence`]): every prepared transaction holds the
+//! sink's fence row, which names the process that owns the sink, and a successor advances the
+//! row only after it settled everything an older process prepared. A stalled process that
+//! wakes after a successor took over can then neither prepare nor commit anything.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,6 +24,7 @@ use weir::connectors::two_phase_commit::TwoPhaseCommitSink;
 use weir::{BoxError, RuntimeContext};
 
 use crate::error::PostgresError;
+use crate::fence::{self, FenceTables, Owner, Takeover};
 use crate::row_encoder::RowBatch;
 use crate::settings::SinkSettings;
 use crate::statements::{global_id, quote_literal, subtask_of};
@@ -26,6 +33,13 @@ use crate::upsert_sink::connected;
 /// How long a write may wait for a row lock before the task fails (and recovery commits the
 /// prepared transaction holding it).
 const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long one attempt to take the fence row waits for prepared transactions that hold it.
+const FENCE_LOCK_TIMEOUT_MS: u64 = 1000;
+
+/// Attempts to take the fence row before the start fails: each settles what this subtask
+/// owns, and sibling subtasks settle theirs meanwhile.
+const FENCE_ATTEMPTS: u32 = 120;
 
 /// A transaction of the sink, as checkpoints store it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,12 +69,24 @@ pub struct PostgresTransactionalSink<T> {
     sequence: u64,
     /// Set once recovery is over: commits before that settle restored transactions.
     started: bool,
+    /// The fence tables beside the sink's table.
+    tables: FenceTables,
+    /// `{prefix}:{operator uid}`: the sink, in the fence tables (set at start).
+    sink_id: String,
+    /// This subtask's index (set at start).
+    subtask: u32,
+    /// This process, as the fence row names it (set at start).
+    owner: Owner,
+    /// The epoch and checkpoint each prepared transaction of this run recorded, so that a
+    /// commit prunes the older commit rows.
+    recorded: HashMap<String, u64>,
     _records: PhantomData<fn(T)>,
 }
 
 impl<T> PostgresTransactionalSink<T> {
     pub(crate) fn new(settings: Arc<SinkSettings>, prefix: String) -> Self {
         Self {
+            tables: FenceTables::beside(&settings.spec.table),
             settings,
             prefix,
             client: None,
@@ -70,6 +96,13 @@ impl<T> PostgresTransactionalSink<T> {
             run: String::new(),
             sequence: 0,
             started: false,
+            sink_id: String::new(),
+            subtask: 0,
+            owner: Owner {
+                epoch: 0,
+                holder: String::new(),
+            },
+            recorded: HashMap::new(),
             _records: PhantomData,
         }
     }
@@ -128,7 +161,25 @@ impl<T> PostgresTransactionalSink<T> {
             }
         }
         let table = self.table().to_string();
+        let server = self.settings.connection.server().to_string();
         let client = connected(&self.settings, &mut self.client)?;
+        if let Some(hook) = &self.settings.before_prepare {
+            hook(&transaction.gid);
+        }
+        // The fence row, share-locked until the prepared transaction ends: no successor can
+        // take the sink over while it is prepared, and none of this process's can prepare
+        // once a successor has.
+        fence::hold_in_transaction(client, &self.tables, &self.sink_id, &self.owner, &server)?;
+        let checkpoint = checkpoint_id.unwrap_or(0);
+        fence::record_commit(
+            client,
+            &self.tables,
+            &self.sink_id,
+            &table,
+            self.subtask,
+            self.owner.epoch,
+            checkpoint,
+        )?;
         client
             .batch_execute(&format!(
                 "PREPARE TRANSACTION {}",
@@ -143,6 +194,7 @@ impl<T> PostgresTransactionalSink<T> {
             })?;
         self.open = None;
         transaction.prepared = true;
+        self.recorded.insert(transaction.gid.clone(), checkpoint);
         Ok(())
     }
 
@@ -186,6 +238,110 @@ impl<T> PostgresTransactionalSink<T> {
             )),
         }
     }
+
+    /// `{prefix}:{operator uid}`: the sink, in gids and the fence tables.
+    fn sink_id_for(&self, context: &RuntimeContext) -> Result<String, PostgresError> {
+        let uid = context.operator_uid().to_string();
+        crate::statements::check_id_part("operator uid", &uid)?;
+        Ok(format!("{}:{uid}", self.prefix))
+    }
+
+    /// Rolls back this sink's prepared transactions that this subtask owns (old subtask `s`
+    /// goes to `s % parallelism`) and `known` does not name: those of checkpoints that never
+    /// completed, or that a process which lost the job prepared.
+    fn roll_back_lingering(
+        &mut self,
+        context: &RuntimeContext,
+        known: &[PostgresTransaction],
+    ) -> Result<(), PostgresError> {
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.control)?;
+        let rows = client
+            .query("SELECT gid FROM pg_prepared_xacts", &[])
+            .map_err(|e| PostgresError::database("listing prepared transactions", &table, e))?;
+        let uid = context.operator_uid().to_string();
+        let subtask = context.subtask_index();
+        let parallelism = context.parallelism().max(1);
+        for row in rows {
+            let gid: String = row.get(0);
+            let Some(owner) = subtask_of(&gid, &self.prefix, &uid) else {
+                continue;
+            };
+            if owner % parallelism != subtask || known.iter().any(|k| k.gid == gid) {
+                continue;
+            }
+            tracing::info!(
+                gid,
+                "rolling back a prepared transaction of a checkpoint that did not complete"
+            );
+            self.finish_prepared("ROLLBACK", &gid)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the fence row name this process: after this subtask's lingering transactions
+    /// are rolled back, the row is advanced once every transaction an older process prepared
+    /// is settled (sibling subtasks settle theirs meanwhile). A row naming a newer epoch, or
+    /// another process of this one's, is taken over only while this process still holds its
+    /// job — then the other is another job writing with the same prefix.
+    fn take_fence(
+        &mut self,
+        context: &RuntimeContext,
+        known: &[PostgresTransaction],
+    ) -> Result<(), BoxError> {
+        for _ in 0..FENCE_ATTEMPTS {
+            self.roll_back_lingering(context, known)?;
+            let client = connected(&self.settings, &mut self.control)?;
+            let seen = fence::read_owner(client, &self.tables, &self.sink_id)?;
+            match fence::takeover(seen.as_ref(), &self.owner) {
+                Takeover::Held => return Ok(()),
+                Takeover::Advance => {}
+                Takeover::Contested(other) => {
+                    context.fencing_token().check()?;
+                    tracing::warn!(
+                        sink = self.sink_id,
+                        other_epoch = other.epoch,
+                        other_holder = other.holder,
+                        "the fence row names another process while this one holds its job: \
+                         another job writes with the same transaction prefix; taking it over"
+                    );
+                }
+            }
+            if fence::try_take(
+                client,
+                &self.tables,
+                &self.sink_id,
+                seen.as_ref(),
+                &self.owner,
+                FENCE_LOCK_TIMEOUT_MS,
+            )? {
+                tracing::info!(
+                    sink = self.sink_id,
+                    epoch = self.owner.epoch,
+                    "took the sink's fence row"
+                );
+                return Ok(());
+            }
+        }
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.control)?;
+        let holding: Vec<String> = client
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1",
+                &[&format!("{}:%", self.sink_id)],
+            )
+            .map_err(|e| PostgresError::database("listing prepared transactions", &table, e))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        Err(PostgresError::Config(format!(
+            "sink {} cannot take its fence row in {}: prepared transactions of the sink keep it locked ({}); they belong to subtasks that did not settle them — restart the job, or settle them with COMMIT PREPARED / ROLLBACK PREPARED",
+            self.sink_id,
+            self.tables.fences,
+            if holding.is_empty() { "none listed now".to_string() } else { holding.join(", ") }
+        ))
+        .into())
+    }
 }
 
 impl<T> Clone for PostgresTransactionalSink<T> {
@@ -197,6 +353,21 @@ impl<T> Clone for PostgresTransactionalSink<T> {
 
 impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactionalSink<T> {
     type Transaction = PostgresTransaction;
+
+    fn find_committed_output(
+        &mut self,
+        context: &RuntimeContext,
+    ) -> Result<Option<String>, BoxError> {
+        let sink_id = self.sink_id_for(context)?;
+        let table = self.table().to_string();
+        let client = connected(&self.settings, &mut self.control)?;
+        Ok(fence::committed_output(
+            client,
+            &self.tables,
+            &sink_id,
+            &table,
+        )?)
+    }
 
     fn abort_lingering(
         &mut self,
@@ -218,34 +389,20 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
         if max_prepared == 0 {
             return Err(PostgresError::PreparedTransactionsDisabled { server }.into());
         }
-        let rows = client
-            .query("SELECT gid FROM pg_prepared_xacts", &[])
-            .map_err(|e| PostgresError::database("listing prepared transactions", &table, e))?;
-        let uid = context.operator_uid().to_string();
-        crate::statements::check_id_part("operator uid", &uid)?;
-        let subtask = context.subtask_index();
-        let parallelism = context.parallelism().max(1);
-        for row in rows {
-            let gid: String = row.get(0);
-            // This sink's, owned by this subtask (old subtask s goes to s % parallelism),
-            // and not named by the restored checkpoint.
-            let Some(owner) = subtask_of(&gid, &self.prefix, &uid) else {
-                continue;
-            };
-            if owner % parallelism != subtask || known.iter().any(|k| k.gid == gid) {
-                continue;
-            }
-            tracing::info!(
-                gid,
-                "rolling back a prepared transaction of a checkpoint that did not complete"
-            );
-            self.finish_prepared("ROLLBACK", &gid)?;
-        }
+        fence::ensure_tables(client, &self.tables)?;
+        self.sink_id = self.sink_id_for(context)?;
+        self.subtask = context.subtask_index();
+        let token = context.fencing_token();
+        self.owner = Owner {
+            epoch: token.epoch(),
+            holder: token.holder().to_string(),
+        };
+        self.take_fence(context, known)?;
         let start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros().to_string())
             .unwrap_or_default();
-        self.run = format!("{}-{start}", context.fencing_token().epoch());
+        self.run = format!("{}-{start}", token.epoch());
         self.started = true;
         Ok(())
     }
@@ -298,7 +455,20 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
         if let (true, Some(hook)) = (self.started, &self.settings.before_commit) {
             hook(&transaction.gid);
         }
-        Ok(self.finish_prepared("COMMIT", &transaction.gid)?)
+        self.finish_prepared("COMMIT", &transaction.gid)?;
+        if let Some(checkpoint) = self.recorded.remove(&transaction.gid) {
+            let client = connected(&self.settings, &mut self.control)?;
+            fence::prune_commits(
+                client,
+                &self.tables,
+                &self.sink_id,
+                &self.settings.spec.table,
+                self.subtask,
+                self.owner.epoch,
+                checkpoint,
+            )?;
+        }
+        Ok(())
     }
 
     fn abort(&mut self, transaction: &PostgresTransaction) -> Result<(), BoxError> {

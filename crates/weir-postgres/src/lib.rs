@@ -40,6 +40,7 @@
 pub mod connection;
 pub mod error;
 pub mod exactly_once_sink;
+pub mod fence;
 pub mod prelude;
 pub mod row_encoder;
 pub mod settings;

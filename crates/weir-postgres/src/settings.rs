@@ -14,7 +14,8 @@ use crate::exactly_once_sink::PostgresTransactionalSink;
 use crate::statements::TableSpec;
 use crate::upsert_sink::PostgresUpsertSink;
 
-/// Called with a prepared transaction's global id right before `COMMIT PREPARED`.
+/// Called with a prepared transaction's global id right before `COMMIT PREPARED` (or
+/// `PREPARE TRANSACTION`).
 pub type BeforeCommitHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// What every writer of a sink shares.
@@ -25,6 +26,7 @@ pub(crate) struct SinkSettings {
     pub batch_size: usize,
     pub application_name: String,
     pub before_commit: Option<BeforeCommitHook>,
+    pub before_prepare: Option<BeforeCommitHook>,
 }
 
 /// Entry point: `PostgresSink::builder(url, table)`.
@@ -44,6 +46,7 @@ impl PostgresSink {
             batch_size: 1000,
             application_name: "weir-sink".into(),
             before_commit: None,
+            before_prepare: None,
             _records: PhantomData,
         }
     }
@@ -56,6 +59,7 @@ pub struct PostgresSinkBuilder<T> {
     batch_size: usize,
     application_name: String,
     before_commit: Option<BeforeCommitHook>,
+    before_prepare: Option<BeforeCommitHook>,
     _records: PhantomData<fn(T)>,
 }
 
@@ -87,6 +91,14 @@ impl<T: Serialize + Send + 'static> PostgresSinkBuilder<T> {
         self
     }
 
+    /// Calls `hook` with the global id right before each `PREPARE TRANSACTION`: the moment
+    /// after a process checked that it holds its job and before the database takes its
+    /// transaction, for fault-injection tests.
+    pub fn before_prepare(mut self, hook: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.before_prepare = Some(Arc::new(hook));
+        self
+    }
+
     fn settings(self) -> Result<SinkSettings, PostgresError> {
         self.spec.validate()?;
         if self.batch_size == 0 {
@@ -101,6 +113,7 @@ impl<T: Serialize + Send + 'static> PostgresSinkBuilder<T> {
             batch_size: self.batch_size,
             application_name: self.application_name,
             before_commit: self.before_commit,
+            before_prepare: self.before_prepare,
         })
     }
 

@@ -81,6 +81,8 @@ pub struct WordCountOptions {
     pub batch_size: usize,
     /// Called right before each `COMMIT PREPARED`.
     pub before_commit: Option<BeforeCommitHook>,
+    /// Called right before each `PREPARE TRANSACTION`.
+    pub before_prepare: Option<BeforeCommitHook>,
     /// Fails the job once after this many words (in-process fault injection).
     pub fail_after: Option<u64>,
     /// `application_name` of the sink's sessions.
@@ -107,6 +109,7 @@ impl WordCountOptions {
             resume: false,
             batch_size: 1000,
             before_commit: None,
+            before_prepare: None,
             fail_after: None,
             application_name: "weir-sink".into(),
             local_recovery: None,
@@ -288,6 +291,9 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, P
     }
     if let Some(hook) = options.before_commit.clone() {
         builder = builder.before_commit(move |gid| hook(gid));
+    }
+    if let Some(hook) = options.before_prepare.clone() {
+        builder = builder.before_prepare(move |gid| hook(gid));
     }
     match options.delivery {
         Delivery::Upsert => {

@@ -163,3 +163,51 @@ fn a_job_that_lost_its_lock_while_stalled_commits_nothing_more() {
         &["is gone before this process committed it"],
     );
 }
+
+#[test]
+fn a_fresh_start_over_committed_rows_is_refused_until_they_are_cleared_on_purpose() {
+    let job = Job::new();
+    let first = job.command(false, &[]).output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    job.verify_exact().unwrap();
+    // The work directory is gone (a new machine, a cleaned disk): nothing but the database
+    // says that the job ran.
+    std::fs::remove_dir_all(&job.work).unwrap();
+    std::fs::create_dir_all(&job.work).unwrap();
+    let again = job.command(false, &[]).output().unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success(),
+        "a second fresh run was not refused"
+    );
+    assert!(
+        said.contains("committed output of this sink exists already")
+            && said.contains(&format!("rows in table {}", job.table)),
+        "the refusal does not say what it found: {said}"
+    );
+    job.verify_exact().unwrap();
+    // The way on it names: clear the output, run its statement, and start over.
+    let statement = said
+        .split('`')
+        .find(|part| part.starts_with("DELETE FROM weir_commits"))
+        .unwrap_or_else(|| panic!("no statement to start over in: {said}"))
+        .to_string();
+    let mut client = PostgresConnection::new(&common::url())
+        .unwrap()
+        .connect("weir-test")
+        .unwrap();
+    client
+        .batch_execute(&format!("TRUNCATE \"{}\"; {statement}", job.table))
+        .unwrap();
+    let over = job.command(false, &[]).output().unwrap();
+    assert!(
+        over.status.success(),
+        "{}",
+        String::from_utf8_lossy(&over.stderr)
+    );
+    job.verify_exact().unwrap();
+}

@@ -53,6 +53,13 @@ struct Args {
     /// checkpoint completed).
     #[arg(long)]
     kill_before_commit: bool,
+    /// Stop this process (SIGSTOP) right before its N-th PREPARE TRANSACTION (counted over
+    /// all subtasks), as a stalled process would: zombie tests continue it later.
+    #[arg(long, value_name = "N")]
+    stop_before_prepare: Option<u64>,
+    /// Stop this process (SIGSTOP) right before its N-th COMMIT PREPARED.
+    #[arg(long, value_name = "N")]
+    stop_before_commit: Option<u64>,
     /// Keep no second copy of checkpoint files (by default they are copied to
     /// <work-dir>/local-recovery).
     #[arg(long)]
@@ -108,6 +115,12 @@ fn run() -> Result<()> {
             }
         }));
     }
+    if let Some(n) = args.stop_before_prepare {
+        options.before_prepare = Some(stop_before("PREPARE TRANSACTION", n));
+    }
+    if let Some(n) = args.stop_before_commit {
+        options.before_commit = Some(stop_before("COMMIT PREPARED", n));
+    }
     let env = word_count::build(&options)?;
     weir_cluster::apply(&args.cluster, &env)?;
     if !args.resume && args.cluster.role.is_none() && env.config().restore.is_none() {
@@ -121,4 +134,18 @@ fn run() -> Result<()> {
         result.status, result.wall_time, result.checkpoints.completed, result.restarts
     );
     Ok(())
+}
+
+/// A hook that stops this process (SIGSTOP) when it is called the `n`-th time.
+fn stop_before(what: &'static str, n: u64) -> weir_postgres::settings::BeforeCommitHook {
+    let calls = std::sync::atomic::AtomicU64::new(0);
+    Arc::new(move |gid| {
+        if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n {
+            eprintln!("pg-count: stopping myself before {what} '{gid}'");
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGSTOP);
+            }
+        }
+    })
 }
