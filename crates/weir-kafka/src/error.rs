@@ -5,6 +5,10 @@ use std::io;
 /// What went wrong talking to Kafka.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
+    /// This process lost its job (a successor holds it): it sends and commits nothing more,
+    /// and never re-sends a transaction it found aborted — the successor settles it.
+    #[error("{0}")]
+    Fenced(#[from] weir::FencedError),
     /// A configuration value is missing or wrong.
     #[error("invalid Kafka connector configuration: {0}")]
     Config(String),

@@ -34,6 +34,13 @@ use crate::upsert_sink::connected;
 /// prepared transaction holding it).
 const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a transaction holding locks another process may need — the fence row, or the
+/// rows an upsert wrote at the barrier — may sit idle before PostgreSQL ends its session. Only
+/// a stalled process (stopped, swapped out) waits that long between those statements; its
+/// session's end releases the locks, so that a successor is not blocked by it for good, and
+/// the stalled process, when it wakes, finds its session gone and prepares nothing.
+const STALL_LIMIT_MS: u64 = 10_000;
+
 /// How long one attempt to take the fence row waits for prepared transactions that hold it.
 const FENCE_LOCK_TIMEOUT_MS: u64 = 1000;
 
@@ -128,6 +135,10 @@ impl<T> PostgresTransactionalSink<T> {
             client
                 .batch_execute("BEGIN")
                 .map_err(|e| PostgresError::database("beginning a transaction", &table, e))?;
+            if !self.settings.spec.key_columns.is_empty() {
+                // Upserts are written at the barrier and lock their keys from here on.
+                limit_stall(client, &table)?;
+            }
             self.open = Some(transaction.gid.clone());
         }
         let rows = self.batch.len();
@@ -163,6 +174,7 @@ impl<T> PostgresTransactionalSink<T> {
         let table = self.table().to_string();
         let server = self.settings.connection.server().to_string();
         let client = connected(&self.settings, &mut self.client)?;
+        limit_stall(client, &table)?;
         if let Some(hook) = &self.settings.before_prepare {
             hook(&transaction.gid);
         }
@@ -342,6 +354,17 @@ impl<T> PostgresTransactionalSink<T> {
         ))
         .into())
     }
+}
+
+/// Sets [`STALL_LIMIT_MS`] for the rest of the open transaction.
+fn limit_stall(client: &mut Client, table: &str) -> Result<(), PostgresError> {
+    client
+        .batch_execute(&format!(
+            "SET LOCAL idle_in_transaction_session_timeout = {STALL_LIMIT_MS}"
+        ))
+        .map_err(|e| {
+            PostgresError::database("limiting how long the transaction may stall", table, e)
+        })
 }
 
 impl<T> Clone for PostgresTransactionalSink<T> {

@@ -52,6 +52,19 @@ enum StopAt {
 struct Outcome {
     finished_first: bool,
     zombie_failed: bool,
+    /// The zombie's last error line, shortened: why it stopped.
+    reason: Option<String>,
+    /// PostgreSQL refused the zombie a statement: the fence row named its successor, or the
+    /// server ended its stalled session.
+    refused_by_database: bool,
+}
+
+/// The last `error:` line of a process's messages, without its details.
+fn reason(said: &str) -> Option<String> {
+    let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
+    // Up to the first path or quote: what differs from trial to trial is left out.
+    let end = line.find('/').unwrap_or(line.len()).min(140);
+    Some(line.chars().take(end).collect())
 }
 
 fn pg_count(table: &str, work: &Path, resume: bool) -> Command {
@@ -203,6 +216,12 @@ fn trial(stop: StopAt) -> Result<Outcome, String> {
         let status = weir_testkit::wait_bounded(&mut zombie, HANG, "the zombie");
         let stderr = zombie_said();
         outcome.zombie_failed = !status.success();
+        if outcome.zombie_failed {
+            let text = std::fs::read_to_string(&said).unwrap_or_default();
+            outcome.reason = reason(&text);
+            outcome.refused_by_database = text.contains("no longer owns the sink's transactions")
+                || text.contains("idle-in-transaction");
+        }
         if !replacement.status.success() {
             return Err(format!(
                 "the replacement failed: {}\nthe zombie ({status}) said:\n{stderr}",
@@ -280,6 +299,17 @@ fn sweep(name: &str, stops: Vec<StopAt>) {
         outcomes.iter().filter(|o| o.finished_first).count(),
         outcomes.iter().filter(|o| o.zombie_failed).count(),
         failures.len()
+    );
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in outcomes.iter().filter_map(|o| o.reason.as_deref()) {
+        *reasons.entry(r).or_default() += 1;
+    }
+    for (r, n) in reasons {
+        println!("  {n} zombies ended with: {r}");
+    }
+    println!(
+        "  {} zombies were refused a statement by PostgreSQL (the fence row, or their stalled session ended)",
+        outcomes.iter().filter(|o| o.refused_by_database).count()
     );
     assert!(
         failures.is_empty(),

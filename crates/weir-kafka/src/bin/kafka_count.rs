@@ -51,6 +51,10 @@ struct Args {
     /// checkpoint completed (fault injection for tests).
     #[arg(long)]
     kill_before_commit: bool,
+    /// Stop this process (SIGSTOP) right before its N-th transaction commit (counted over
+    /// all subtasks), as a stalled process would: zombie tests continue it later.
+    #[arg(long, value_name = "N")]
+    stop_before_commit: Option<u64>,
     /// Timeout of the sink's flush, commit and fencing calls, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     operation_timeout_ms: u64,
@@ -113,6 +117,18 @@ fn run() -> Result<()> {
             // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
             unsafe {
                 libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }));
+    }
+    if let Some(n) = args.stop_before_commit {
+        let calls = std::sync::atomic::AtomicU64::new(0);
+        options.before_commit = Some(Arc::new(move |checkpoint_id, transactional_id| {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n {
+                eprintln!("kafka-count: stopping myself before committing {transactional_id} (checkpoint {checkpoint_id})");
+                // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGSTOP);
+                }
             }
         }));
     }

@@ -3,6 +3,8 @@
 //! aborted it — unless an earlier recovery sent them again already and that re-send
 //! committed, which the re-sent records' [`RESEND_HEADER`] tells.
 
+use weir::FencingToken;
+
 use super::producer::{apply_deliveries, TrackedProducer};
 use super::transactions::PendingTransaction;
 use super::{SinkSettings, UnknownOutcome};
@@ -38,11 +40,18 @@ pub(crate) fn fence<T>(
 
 /// Makes sure the data of `pending` is committed: it is, or it is sent again now on
 /// `producer`, which carries the transaction's own id and has been fenced already.
+///
+/// A re-send happens only while `token` says this process still holds the job, checked after
+/// `producer` fenced the id and the fate was read: then the abort was proven by the broker
+/// after this process took the id, and a successor that takes the id later fences this
+/// re-send (its commit fails) or finds it committed by its marker. A process that lost the
+/// job re-sends nothing: its successor restored the transaction and settles it.
 pub(crate) fn resolve<T>(
     settings: &SinkSettings<T>,
     log_reader: &mut LogReader,
     producer: &TrackedProducer,
     pending: &mut PendingTransaction,
+    token: &FencingToken,
 ) -> Result<(), KafkaError> {
     let Some(probe) = pending.probe.clone() else {
         return Ok(());
@@ -73,6 +82,7 @@ pub(crate) fn resolve<T>(
                 );
                 return Ok(());
             }
+            token.check()?;
             tracing::warn!(
                 checkpoint_id,
                 transactional_id = producer.name(),
@@ -92,6 +102,7 @@ pub(crate) fn resolve<T>(
                 Ok(())
             }
             UnknownOutcome::Resend => {
+                token.check()?;
                 tracing::warn!(checkpoint_id, transactional_id = producer.name(), "transaction's first record is gone from the log; sending its records again, as configured");
                 resend(settings, producer, pending, &resend_marker(&probe))
             }

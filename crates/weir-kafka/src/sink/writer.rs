@@ -144,7 +144,13 @@ impl<T> KafkaSinkWriter<T> {
                 *slot = None;
             }
             let fresh = fence(&self.settings, &id)?;
-            resolve(&self.settings, &mut self.log_reader, &fresh, &mut p)?;
+            resolve(
+                &self.settings,
+                &mut self.log_reader,
+                &fresh,
+                &mut p,
+                self.context.fencing_token(),
+            )?;
             t.metrics.committed(Some(p.checkpoint_id));
             t.metrics.set_pending(t.pending.len());
             if let Some(slot) = t.pool.get_mut(p.slot as usize) {
@@ -240,7 +246,13 @@ impl<T: Send + 'static> SinkWriter<T> for KafkaSinkWriter<T> {
                 let producer = fenced.get(&id).ok_or_else(|| {
                     KafkaError::Config(format!("restored transaction names unknown slot {id}"))
                 })?;
-                resolve(&self.settings, &mut self.log_reader, producer, &mut p)?;
+                resolve(
+                    &self.settings,
+                    &mut self.log_reader,
+                    producer,
+                    &mut p,
+                    self.context.fencing_token(),
+                )?;
                 if let Mode::ExactlyOnce(t) = &mut self.mode {
                     t.metrics.committed(None);
                 }
