@@ -5,7 +5,11 @@
 # point; each is tried, recovered and checked against the exactly-once oracle. Then the zombie
 # sweep (examples/tests/zombie_sweep.rs): the job stopped (SIGSTOP) at each operation, its lock
 # file removed, a replacement run to the end, the stopped process continued, the output
-# checked. CI runs a sample of the same tests; this runs all of them (over an hour on 2 cores).
+# checked. Then the zombie sweeps into PostgreSQL and Kafka (crates/weir-postgres and
+# crates/weir-kafka, tests/zombie_sweep.rs): stops at file operations, PREPARE TRANSACTION,
+# COMMIT PREPARED and Kafka commits, against the servers scripts/postgres.sh and
+# scripts/kafka-broker.sh start (and this script stops). CI runs a sample of the same tests;
+# this runs all of them (over an hour on 2 cores).
 #
 #   scripts/crash-sweep.sh              the full sweep
 #   scripts/crash-sweep.sh --sample N   N points per scenario instead
@@ -57,6 +61,23 @@ if [ $sweep_here = 1 ]; then
     started=$(date +%s)
     echo "==> crash-point sweep ($sample points per scenario)"
     sweep . "$sample"
+    echo "==> done in $(( $(date +%s) - started )) s"
+    started=$(date +%s)
+    echo "==> zombie sweeps into PostgreSQL and Kafka ($sample points)"
+    # shellcheck source=lib/stop-services.sh
+    . scripts/lib/stop-services.sh
+    trap stop_started_services EXIT
+    eval "$(scripts/postgres.sh start)"
+    eval "$(scripts/kafka-broker.sh start)"
+    log="$(mktemp)"
+    set +e
+    WEIR_CRASH_SWEEP="$sample" cargo nextest run --locked --profile sweep -p weir-postgres \
+        -p weir-kafka --test zombie_sweep --no-capture --no-fail-fast >"$log" 2>&1
+    status=$?
+    set -e
+    grep -E '^(zombie sweep |  )' "$log" || true
+    [ $status -eq 0 ] || { tail -n 40 "$log" >&2; rm -f "$log"; exit $status; }
+    rm -f "$log"
     echo "==> done in $(( $(date +%s) - started )) s"
 fi
 

@@ -34,12 +34,20 @@ fn record(census: &Census) -> JobRecord {
     JobRecord::decode(&std::fs::read(file).expect("job record")).expect("readable job record")
 }
 
+/// The newest restore point, its location made a full path (the record names it relative to
+/// the job's directory).
 fn newest(census: &Census) -> RecordedCheckpoint {
-    record(census)
+    let mut newest = record(census)
         .completed
         .last()
         .cloned()
-        .expect("a restore point")
+        .expect("a restore point");
+    newest.location = census
+        .job_dir()
+        .join(&newest.location)
+        .display()
+        .to_string();
+    newest
 }
 
 /// Runs the job fresh and kills it (SIGKILL) once at least `checkpoints` checkpoints are
@@ -398,5 +406,35 @@ fn a_process_that_lost_its_job_commits_nothing_more() {
         // What it committed before it stopped is exactly what the new holder committed too.
         weir_examples::census::verify(&census.output(), &census.data)
             .unwrap_or_else(|e| panic!("{sink}: after the old process woke up: {e:#}"));
+    }
+}
+
+/// A work directory moved elsewhere after a crash (another mount, a renamed folder) is
+/// resumed from its new place: the job record names its restore points relative to the
+/// job's directory, and the output comes out exact.
+#[test]
+fn a_moved_work_directory_resumes_exactly() {
+    for sink in SINKS {
+        let dir = tempfile::tempdir().unwrap();
+        let census = setup(dir.path(), sink);
+        crash_midway(&census, &[], 2);
+        let moved = Census {
+            work: absolute(dir.path()).join("moved"),
+            data: census.data.clone(),
+            ..setup(dir.path(), sink)
+        };
+        std::fs::rename(&census.work, &moved.work).unwrap();
+        let newest = newest(&moved);
+        assert!(
+            newest
+                .location
+                .starts_with(&*moved.job_dir().to_string_lossy()),
+            "{sink}: the restore point is not found in the moved directory: {newest:?}"
+        );
+        let output = moved.command(true, 2, &[]).output().unwrap();
+        assert!(output.status.success(), "{sink}: {}", describe(&output));
+        moved
+            .verify_exact()
+            .unwrap_or_else(|e| panic!("{sink}: {e}"));
     }
 }

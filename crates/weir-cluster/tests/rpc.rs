@@ -28,6 +28,9 @@ fn start(
         taskmanager_id: Some(id.to_string()),
         heartbeat_interval_ms: 200,
         heartbeat_timeout_ms: 2_000,
+        // Any free port for the JobManager's REST API: tests run side by side, and Flink's
+        // 8081 would let only one of them start.
+        dynamic: vec!["rest.port=0".into()],
         ..ClusterArgs::default()
     };
     let checkpoints = checkpoints.to_path_buf();

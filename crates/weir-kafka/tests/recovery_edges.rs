@@ -92,7 +92,9 @@ impl ReferenceJob for Job<'_> {
         let file = weir_testkit::job_record_file(&self.job_dir()).expect("a job record");
         let record =
             JobRecord::decode(&std::fs::read(file).expect("job record")).expect("readable record");
-        PathBuf::from(&record.completed.last().expect("a restore point").location)
+        // Recorded relative to the job's directory.
+        self.job_dir()
+            .join(&record.completed.last().expect("a restore point").location)
     }
 
     fn verify_exact(&self) -> Result<(), String> {

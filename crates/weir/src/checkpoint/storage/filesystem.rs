@@ -18,6 +18,7 @@ use crate::checkpoint::job_record_versions::{
     after_create, mismatch, parse_version, version_name, AfterCreate, JOB_RECORD_DIR, READ_ATTEMPTS,
 };
 use crate::checkpoint::metadata::{CheckpointMetadata, METADATA_FILE};
+use crate::checkpoint::storage::record_locations::{relative_to, resolved_in};
 use crate::runtime::stream_element::SnapshotType;
 
 /// The newest version of a job record, and what reading it gave.
@@ -344,6 +345,84 @@ impl FsCheckpointStorage {
         }
         Ok(found)
     }
+
+    /// The newest job record as written (its locations relative to the job directory).
+    fn read_job_record_as_written(&self) -> Result<Option<JobRecord>, StorageError> {
+        let Some((newest, primary)) = Self::read_newest(&self.job_dir)? else {
+            // The primary has none (deleted, or its disk lost): the copy's newest.
+            let Some(copy) = self.copy_dir.as_deref() else {
+                return Ok(None);
+            };
+            return match Self::read_newest(copy)? {
+                Some((version, read)) => {
+                    tracing::warn!(copy = %copy.display(), version,
+                        "the job record is missing; using its local-recovery copy");
+                    read.map(Some)
+                }
+                None => Ok(None),
+            };
+        };
+        // Only the copy of the same version: an older one would be stale.
+        let copy = self.copy_dir.as_deref();
+        let read_copy = || Self::read_record_version(copy.unwrap_or(Path::new("")), newest);
+        first_good(
+            primary,
+            copy.map(|c| {
+                (
+                    c.join(JOB_RECORD_DIR)
+                        .join(version_name(newest))
+                        .display()
+                        .to_string(),
+                    &read_copy as &dyn Fn() -> _,
+                )
+            }),
+        )
+        .map(Some)
+    }
+
+    /// Writes a record whose locations were made relative to the job directory.
+    fn write_job_record_relative(&self, record: &JobRecord) -> Result<(), StorageError> {
+        let dir = Self::record_dir(&self.job_dir)?;
+        let version = record.sequence;
+        let name = version_name(version);
+        let bytes = record
+            .encode()
+            .map_err(encoding_failed(dir.join(&name).display().to_string()))?;
+        Self::create_version(&dir, version, &bytes)?;
+        let obsolete = match after_create(version, &Self::record_versions(&self.job_dir)?) {
+            AfterCreate::Superseded { newest } => {
+                return Err(StorageError::RecordConflict {
+                    path: dir.display().to_string(),
+                    version,
+                    reason: format!("version {newest} exists"),
+                })
+            }
+            AfterCreate::Newest { obsolete } => obsolete,
+        };
+        if let Some(copy) = &self.copy_dir {
+            let copy_dir = Self::record_dir(copy)?;
+            replace_atomically(&copy_dir, &name, &bytes)?;
+            // The copy keeps the newest version only: it is read for that version alone.
+            for other in Self::record_versions(copy)? {
+                if other != version {
+                    remove_file_if_present(&copy_dir.join(version_name(other)))?;
+                }
+            }
+        }
+        for old in obsolete {
+            if let Err(e) = remove_file_if_present(&dir.join(version_name(old))) {
+                tracing::warn!(error = %e, "cannot remove an old version of the job record");
+            }
+        }
+        // Temporary files of writes that crashed, or lost (a stale process's, whose link
+        // would fail anyway).
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".inprogress") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CheckpointStorage for FsCheckpointStorage {
@@ -451,13 +530,6 @@ impl CheckpointStorage for FsCheckpointStorage {
         self.list(SnapshotType::Savepoint)
     }
 
-    fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        match Self::read_newest(&self.job_dir)? {
-            Some((_, read)) => read.map(Some),
-            None => Ok(None),
-        }
-    }
-
     fn job_record_version(&self) -> Result<u64, StorageError> {
         Ok(Self::record_versions(&self.job_dir)?
             .last()
@@ -509,81 +581,21 @@ impl CheckpointStorage for FsCheckpointStorage {
     }
 
     fn read_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
-        let Some((newest, primary)) = Self::read_newest(&self.job_dir)? else {
-            // The primary has none (deleted, or its disk lost): the copy's newest.
-            let Some(copy) = self.copy_dir.as_deref() else {
-                return Ok(None);
-            };
-            return match Self::read_newest(copy)? {
-                Some((version, read)) => {
-                    tracing::warn!(copy = %copy.display(), version,
-                        "the job record is missing; using its local-recovery copy");
-                    read.map(Some)
-                }
-                None => Ok(None),
-            };
-        };
-        // Only the copy of the same version: an older one would be stale.
-        let copy = self.copy_dir.as_deref();
-        let read_copy = || Self::read_record_version(copy.unwrap_or(Path::new("")), newest);
-        first_good(
-            primary,
-            copy.map(|c| {
-                (
-                    c.join(JOB_RECORD_DIR)
-                        .join(version_name(newest))
-                        .display()
-                        .to_string(),
-                    &read_copy as &dyn Fn() -> _,
-                )
-            }),
-        )
-        .map(Some)
+        Ok(self
+            .read_job_record_as_written()?
+            .map(|record| resolved_in(&self.job_dir, record)))
     }
 
     fn write_job_record(&self, record: &JobRecord) -> Result<(), StorageError> {
-        let dir = Self::record_dir(&self.job_dir)?;
-        let version = record.sequence;
-        let name = version_name(version);
-        let bytes = record
-            .encode()
-            .map_err(encoding_failed(dir.join(&name).display().to_string()))?;
-        Self::create_version(&dir, version, &bytes)?;
-        let obsolete = match after_create(version, &Self::record_versions(&self.job_dir)?) {
-            AfterCreate::Superseded { newest } => {
-                return Err(StorageError::RecordConflict {
-                    path: dir.display().to_string(),
-                    version,
-                    reason: format!("version {newest} exists"),
-                })
-            }
-            AfterCreate::Newest { obsolete } => obsolete,
-        };
-        if let Some(copy) = &self.copy_dir {
-            let copy_dir = Self::record_dir(copy)?;
-            replace_atomically(&copy_dir, &name, &bytes)?;
-            // The copy keeps the newest version only: it is read for that version alone.
-            for other in Self::record_versions(copy)? {
-                if other != version {
-                    remove_file_if_present(&copy_dir.join(version_name(other)))?;
-                }
-            }
-        }
-        for old in obsolete {
-            if let Err(e) = remove_file_if_present(&dir.join(version_name(old))) {
-                tracing::warn!(error = %e, "cannot remove an old version of the job record");
-            }
-        }
-        // Temporary files of writes that crashed, or lost (a stale process's, whose link
-        // would fail anyway).
-        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().ends_with(".inprogress") {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-        Ok(())
+        self.write_job_record_relative(&relative_to(&self.job_dir, record))
     }
 
+    fn read_primary_job_record(&self) -> Result<Option<JobRecord>, StorageError> {
+        match Self::read_newest(&self.job_dir)? {
+            Some((_, read)) => read.map(|record| Some(resolved_in(&self.job_dir, record))),
+            None => Ok(None),
+        }
+    }
     fn shared_location(&self) -> Result<String, StorageError> {
         let dir = self.job_dir.join(SHARED_DIR);
         fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;

@@ -10,6 +10,7 @@ pub mod conformance;
 pub mod fault_injecting;
 mod filesystem;
 mod memory;
+pub(crate) mod record_locations;
 mod registry;
 
 use std::path::Path;
