@@ -175,6 +175,20 @@ impl LocalCluster {
         }
     }
 
+    /// SIGSTOPs the JobManager (a stalled, not a dead one: it keeps its port and sessions).
+    pub fn stop_jobmanager(&self) {
+        if let Some(child) = &self.jobmanager {
+            crate::crash_points::stop(child);
+        }
+    }
+
+    /// SIGCONTs the JobManager.
+    pub fn continue_jobmanager(&self) {
+        if let Some(child) = &self.jobmanager {
+            crate::crash_points::resume(child);
+        }
+    }
+
     /// SIGSTOPs TaskManager `id`.
     pub fn stop_taskmanager(&self, id: &str) {
         if let Some(child) = self.taskmanagers.get(id) {

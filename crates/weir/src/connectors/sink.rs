@@ -9,12 +9,16 @@ use crate::error::BoxError;
 /// fresh start, a resume that found no restore point because the job's checkpoints or record
 /// are gone, or a restart of a job without checkpoints). A sink that can tell its own
 /// committed output then checks that there is none, because starting over it would write it
-/// again. Not when the configuration accepts duplicates.
+/// again. Not when the configuration accepts duplicates, and not on the first attempt of a
+/// job without checkpoints: nothing makes its subtasks wait for one another there, so output
+/// a sibling committed at the end of its input may be this very run's (a restart of it still
+/// checks; a job without checkpoints promises nothing across separate runs).
 pub fn starts_from_empty_state(context: &RuntimeContext) -> bool {
     let config = context.execution_config();
     config.restore.is_none()
         && context.restored_checkpoint_id().is_none()
         && config.checkpoint.corrupt_checkpoint_policy == CorruptCheckpointPolicy::Refuse
+        && (context.is_checkpointing() || context.attempt_number() > 0)
 }
 
 /// The error of a sink that found its own committed output (`found`: a file, a row) while
@@ -169,6 +173,7 @@ mod tests {
     #[test]
     fn every_attempt_from_empty_state_checks_for_committed_output() {
         let mut context = RuntimeContext::for_test(0, FencingToken::unfenced("j"));
+        context.checkpointing = true;
         assert!(starts_from_empty_state(&context));
         // A restart whose first attempt was refused must not go ahead either.
         context.attempt = 1;
@@ -176,5 +181,14 @@ mod tests {
         assert!(starts_from_empty_state(&context));
         context.restored_from = Some(4);
         assert!(!starts_from_empty_state(&context));
+    }
+
+    #[test]
+    fn the_first_attempt_of_a_job_without_checkpoints_cannot_tell_its_own_output() {
+        let mut context = RuntimeContext::for_test(0, FencingToken::unfenced("j"));
+        context.checkpointing = false;
+        assert!(!starts_from_empty_state(&context));
+        context.attempt = 1;
+        assert!(starts_from_empty_state(&context));
     }
 }
