@@ -10,7 +10,10 @@
 //! Scenarios, each for the two-phase-commit file sink and the write-ahead-log sink:
 //! - `resumed`: the replacement resumes the job (`--resume`) from what the zombie left;
 //! - `started_over`: the replacement starts the job over (census without `--resume` resets
-//!   it), while the zombie is anywhere in a run of its own.
+//!   it), while the zombie is anywhere in a run of its own;
+//! - `on_s3`: `resumed` with the checkpoints and the job record on the S3-compatible server
+//!   (`scripts/s3-server.sh`), which has no lock: the stop points are the output's file
+//!   operations, and only the record's compare-and-swap tells the zombie it lost the job.
 //!
 //! CI runs a sample of points; `WEIR_CRASH_SWEEP=full` tries every one
 //! (`scripts/crash-sweep.sh`), `WEIR_CRASH_SWEEP=n` n of them, and `WEIR_CRASH_POINT=n`
@@ -47,6 +50,8 @@ struct Sweep {
     sink: &'static str,
     replacement: Replacement,
     data: PathBuf,
+    /// Checkpoints on object storage under this URL (a fresh prefix per run), if set.
+    s3: Option<String>,
 }
 
 /// What one trial saw.
@@ -81,13 +86,34 @@ impl Sweep {
         }
     }
 
+    /// The checkpoint-storage flags of one run (`trial`: a fresh prefix for it).
+    fn storage_args(&self, trial: &str) -> Vec<String> {
+        let Some(base) = &self.s3 else {
+            return Vec::new();
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        vec![
+            "--checkpoint-storage".into(),
+            format!(
+                "{base}/{}-{trial}-{}-{nanos}",
+                self.name,
+                std::process::id()
+            ),
+            "--no-local-recovery".into(),
+        ]
+    }
+
     /// The durable operations of an undisturbed fresh run.
     fn count(&self) -> Vec<FileOperation> {
         let dir = tempfile::tempdir().unwrap();
         let work = absolute(dir.path()).join("work");
         std::fs::create_dir_all(&work).unwrap();
         let log = absolute(dir.path()).join("ops.log");
-        crash_points::count_operations(self.census(&work).command(false, 2, &[]), &work, &log)
+        let extra = self.storage_args("count");
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        crash_points::count_operations(self.census(&work).command(false, 2, &extra), &work, &log)
     }
 
     /// One trial: the zombie stopped at `point`, its lock removed, the replacement run to
@@ -97,7 +123,9 @@ impl Sweep {
         let work = absolute(dir.path()).join("work");
         std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
         let census = self.census(&work);
-        let mut zombie = census.command(false, 2, &[]);
+        let extra = self.storage_args(&point.to_string());
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut zombie = census.command(false, 2, &extra);
         inject(&mut zombie, &work, Fault::StopAt(point), None);
         let mut zombie = zombie.spawn().map_err(|e| e.to_string())?;
         let mut outcome = Outcome::default();
@@ -116,7 +144,7 @@ impl Sweep {
         let lock = census.job_dir().join("_lock");
         let _ = std::fs::remove_file(&lock);
         let replacement = census
-            .command(self.replacement == Replacement::Resume, 2, &[])
+            .command(self.replacement == Replacement::Resume, 2, &extra)
             .output()
             .map_err(|e| e.to_string())?;
         let replaced = replacement.status.success();
@@ -135,7 +163,7 @@ impl Sweep {
         }
         // Whatever the zombie did, the job is not stranded: a resume works.
         let last = census
-            .command(true, 2, &[])
+            .command(true, 2, &extra)
             .output()
             .map_err(|e| e.to_string())?;
         if !last.status.success() {
@@ -224,14 +252,32 @@ fn tail(text: &str) -> String {
 }
 
 fn sweep(name: &str, sink: &'static str, replacement: Replacement, sample: usize) {
+    sweep_on(name, sink, replacement, sample, None);
+}
+
+fn sweep_on(
+    name: &str,
+    sink: &'static str,
+    replacement: Replacement,
+    sample: usize,
+    s3: Option<String>,
+) {
     let dir = tempfile::tempdir().unwrap();
     Sweep {
         name: name.to_string(),
         sink,
         replacement,
         data: small_data(&absolute(dir.path()), ROWS_PER_FILE),
+        s3,
     }
     .run(sample);
+}
+
+/// The test bucket of the S3-compatible server.
+fn s3_bucket() -> String {
+    std::env::var("WEIR_S3_URL").unwrap_or_else(|_| {
+        panic!("WEIR_S3_URL is not set: run through scripts/test.sh, or `eval $(scripts/s3-server.sh start)`")
+    })
 }
 
 #[test]
@@ -252,4 +298,26 @@ fn started_over_2pc() {
 #[test]
 fn started_over_wal() {
     sweep("started_over_wal", "wal", Replacement::StartOver, 6);
+}
+
+#[test]
+fn resumed_2pc_on_s3() {
+    sweep_on(
+        "resumed_2pc_on_s3",
+        "2pc",
+        Replacement::Resume,
+        6,
+        Some(s3_bucket()),
+    );
+}
+
+#[test]
+fn resumed_wal_on_s3() {
+    sweep_on(
+        "resumed_wal_on_s3",
+        "wal",
+        Replacement::Resume,
+        6,
+        Some(s3_bucket()),
+    );
 }
