@@ -31,7 +31,7 @@ const WORDS: u64 = 100;
 /// How long a stopped or finishing process may take before the trial is called hung.
 const HANG: Duration = Duration::from_secs(180);
 /// Commits of one run: about two per checkpoint.
-const COMMIT_POINTS: u64 = 12;
+const COMMIT_POINTS: u64 = 8;
 
 #[derive(Debug, Clone, Copy)]
 enum StopAt {
