@@ -51,18 +51,25 @@ struct Outcome {
 fn reason(said: &str) -> Option<String> {
     let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
     // Up to the first path or quote: what differs from trial to trial is left out.
-    let end = line.find('/').unwrap_or(line.len()).min(140);
+    let end = [line.find('/'), line.find(" (pid")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(line.len())
+        .min(140);
     Some(line.chars().take(end).collect())
 }
 
 struct Topics {
     input: String,
     output: String,
+    /// Flags putting the checkpoints and the job record on S3, if set.
+    storage: Vec<String>,
     expected: std::collections::HashMap<String, u64>,
 }
 
 impl Topics {
-    fn new() -> Result<Self, String> {
+    fn new(s3: Option<&str>) -> Result<Self, String> {
         let input = common::unique("zombie-words");
         let output = common::unique("zombie-counts");
         weir_kafka::admin::ensure_topic(
@@ -74,9 +81,18 @@ impl Topics {
         let expected =
             word_count::produce_words(&common::bootstrap(), &input, PARTITIONS, RECORDS, WORDS)
                 .map_err(|e| e.to_string())?;
+        let storage = match s3 {
+            Some(bucket) => vec![
+                "-D".into(),
+                format!("state.checkpoints.dir={bucket}/{output}"),
+                "--no-local-recovery".into(),
+            ],
+            None => Vec::new(),
+        };
         Ok(Self {
             input,
             output,
+            storage,
             expected,
         })
     }
@@ -93,6 +109,7 @@ impl Topics {
             .args(["--operation-timeout-ms", "10000"])
             .arg("--work-dir")
             .arg(work)
+            .args(&self.storage)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         command
@@ -116,8 +133,8 @@ fn run(mut command: Command, what: &str) -> Result<(), String> {
     ))
 }
 
-fn trial(stop: StopAt) -> Result<Outcome, String> {
-    let topics = Topics::new()?;
+fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
+    let topics = Topics::new(s3)?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let work = absolute(dir.path()).join("work");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
@@ -172,7 +189,7 @@ fn trial(stop: StopAt) -> Result<Outcome, String> {
     Ok(outcome)
 }
 
-fn sweep(name: &str, stops: Vec<StopAt>) {
+fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
     let next = AtomicUsize::new(0);
     let failures: Mutex<Vec<String>> = Mutex::default();
     let outcomes: Mutex<Vec<Outcome>> = Mutex::default();
@@ -183,7 +200,7 @@ fn sweep(name: &str, stops: Vec<StopAt>) {
                 let Some(&stop) = stops.get(i) else {
                     return;
                 };
-                match trial(stop) {
+                match trial(stop, s3) {
                     Ok(outcome) => outcomes.lock().unwrap().push(outcome),
                     Err(problem) => failures
                         .lock()
@@ -232,12 +249,12 @@ fn zombies_stopped_before_a_commit_commit_and_resend_nothing() {
         .map(|i| StopAt::Commit(1 + (i * stride + seed % stride) % COMMIT_POINTS))
         .collect();
     eprintln!("seed {seed} (replay with WEIR_SEED={seed}): {stops:?}");
-    sweep("kafka_commits", stops);
+    sweep("kafka_commits", stops, None);
 }
 
 #[test]
 fn zombies_stopped_at_file_operations_commit_nothing() {
-    let topics = Topics::new().unwrap();
+    let topics = Topics::new(None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let work = absolute(dir.path()).join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -249,5 +266,24 @@ fn zombies_stopped_at_file_operations_commit_nothing() {
     sweep(
         &format!("kafka_file_operations (1..={total})"),
         points.into_iter().map(StopAt::File).collect(),
+        None,
+    );
+}
+
+/// With the checkpoints and the job record on the S3-compatible server (no lock there).
+#[test]
+fn zombies_on_s3_stopped_before_a_commit_commit_and_resend_nothing() {
+    let bucket = std::env::var("WEIR_S3_URL").unwrap_or_else(|_| {
+        panic!("WEIR_S3_URL is not set: run through scripts/test.sh, or `eval $(scripts/s3-server.sh start)`")
+    });
+    let points: Vec<u64> = if std::env::var("WEIR_CRASH_SWEEP").as_deref() == Ok("full") {
+        (1..=COMMIT_POINTS).collect()
+    } else {
+        vec![3]
+    };
+    sweep(
+        "kafka_commits_on_s3",
+        points.into_iter().map(StopAt::Commit).collect(),
+        Some(&bucket),
     );
 }

@@ -63,7 +63,12 @@ struct Outcome {
 fn reason(said: &str) -> Option<String> {
     let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
     // Up to the first path or quote: what differs from trial to trial is left out.
-    let end = line.find('/').unwrap_or(line.len()).min(140);
+    let end = [line.find('/'), line.find(" (pid")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(line.len())
+        .min(140);
     Some(line.chars().take(end).collect())
 }
 
@@ -178,11 +183,30 @@ fn prepared(table: &str) -> Result<Vec<String>, String> {
     ))
 }
 
-fn trial(stop: StopAt) -> Result<Outcome, String> {
+/// Flags that put the job's checkpoints and record on S3 under a fresh prefix (`s3`: the
+/// bucket), or none.
+fn storage_args(s3: Option<&str>, table: &str) -> Vec<String> {
+    match s3 {
+        Some(bucket) => vec![
+            "-D".into(),
+            format!("state.checkpoints.dir={bucket}/{table}"),
+            "--no-local-recovery".into(),
+        ],
+        None => Vec::new(),
+    }
+}
+
+fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let work = absolute(dir.path()).join("work");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let table = common::unique("zombie");
+    let storage = storage_args(s3, &table);
+    let pg_count = |table: &str, work: &Path, resume: bool| {
+        let mut command = pg_count(table, work, resume);
+        command.args(&storage);
+        command
+    };
     // The zombie resumes too (from nothing, at first): a fresh start would reset the job when
     // it wakes — starting over on purpose, which the sink then refuses over its committed
     // output (tested on its own in `recovery_edges`).
@@ -269,7 +293,7 @@ fn file_operations() -> u64 {
     crash_points::count_operations(command, &work, &log).len() as u64
 }
 
-fn sweep(name: &str, stops: Vec<StopAt>) {
+fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
     let next = AtomicUsize::new(0);
     let failures: Mutex<Vec<String>> = Mutex::default();
     let outcomes: Mutex<Vec<Outcome>> = Mutex::default();
@@ -280,7 +304,7 @@ fn sweep(name: &str, stops: Vec<StopAt>) {
                 let Some(&stop) = stops.get(i) else {
                     return;
                 };
-                match trial(stop) {
+                match trial(stop, s3) {
                     Ok(outcome) => outcomes.lock().unwrap().push(outcome),
                     Err(problem) => failures
                         .lock()
@@ -337,7 +361,7 @@ fn zombies_stopped_at_prepare_and_commit_commit_nothing() {
     stops.extend(chosen(seed % 4).map(StopAt::Prepare));
     stops.extend(chosen((seed / 4) % 4).map(StopAt::Commit));
     eprintln!("seed {seed} (replay with WEIR_SEED={seed}): {stops:?}");
-    sweep("pg_transactions", stops);
+    sweep("pg_transactions", stops, None);
 }
 
 #[test]
@@ -349,5 +373,29 @@ fn zombies_stopped_at_file_operations_commit_nothing() {
     sweep(
         &format!("pg_file_operations (1..={total})"),
         points.into_iter().map(StopAt::File).collect(),
+        None,
     );
+}
+
+/// With the checkpoints and the job record on the S3-compatible server, which has no lock:
+/// the record's compare-and-swap and the fence row are all that stop the zombie. (No file
+/// operation of the job happens in its work directory then: the stop points are the
+/// transactions'.)
+#[test]
+fn zombies_on_s3_stopped_at_prepare_and_commit_commit_nothing() {
+    let bucket = std::env::var("WEIR_S3_URL").unwrap_or_else(|_| {
+        panic!("WEIR_S3_URL is not set: run through scripts/test.sh, or `eval $(scripts/s3-server.sh start)`")
+    });
+    let full = std::env::var("WEIR_CRASH_SWEEP").as_deref() == Ok("full");
+    let points: Vec<u64> = if full {
+        (1..=TRANSACTION_POINTS).collect()
+    } else {
+        vec![2, 5]
+    };
+    let stops: Vec<StopAt> = points
+        .iter()
+        .map(|&n| StopAt::Prepare(n))
+        .chain(points.iter().map(|&n| StopAt::Commit(n)))
+        .collect();
+    sweep("pg_transactions_on_s3", stops, Some(&bucket));
 }
