@@ -52,7 +52,7 @@ pub enum PostgresError {
     },
     /// The sink's fence row names another process: a newer process of the job took it over
     /// (or another job writes with the same transaction prefix), so this one commits nothing.
-    #[error("sink {sink} on {server}: this process (epoch {epoch}) no longer owns the sink's transactions: its fence row in {table} names {found}. A newer process of the job took it over, or another job writes with the same transaction prefix; this process commits nothing more")]
+    #[error("sink {sink} on {server}: this process (epoch {epoch}) no longer owns the sink's transactions: its fence row in {table} names {found}. A newer process or attempt of the job took it over, or another job writes with the same transaction prefix; this task commits nothing more")]
     Fenced {
         /// `{prefix}:{operator uid}`.
         sink: String,

@@ -108,6 +108,7 @@ impl<T> PostgresTransactionalSink<T> {
             owner: Owner {
                 epoch: 0,
                 holder: String::new(),
+                attempt: 0,
             },
             recorded: HashMap::new(),
             _records: PhantomData,
@@ -174,10 +175,10 @@ impl<T> PostgresTransactionalSink<T> {
         let table = self.table().to_string();
         let server = self.settings.connection.server().to_string();
         let client = connected(&self.settings, &mut self.client)?;
-        limit_stall(client, &table)?;
         if let Some(hook) = &self.settings.before_prepare {
             hook(&transaction.gid);
         }
+        limit_stall(client, &table)?;
         // The fence row, share-locked until the prepared transaction ends: no successor can
         // take the sink over while it is prepared, and none of this process's can prepare
         // once a successor has.
@@ -282,6 +283,11 @@ impl<T> PostgresTransactionalSink<T> {
             if owner % parallelism != subtask || known.iter().any(|k| k.gid == gid) {
                 continue;
             }
+            // Never a newer process's: one that took the job while this one stalled here.
+            let epoch = gid.rsplit(':').next().and_then(fence::epoch_of_sequence);
+            if epoch.is_some_and(|epoch| epoch > self.owner.epoch) {
+                continue;
+            }
             tracing::info!(
                 gid,
                 "rolling back a prepared transaction of a checkpoint that did not complete"
@@ -302,12 +308,21 @@ impl<T> PostgresTransactionalSink<T> {
         known: &[PostgresTransaction],
     ) -> Result<(), BoxError> {
         for _ in 0..FENCE_ATTEMPTS {
-            self.roll_back_lingering(context, known)?;
             let client = connected(&self.settings, &mut self.control)?;
             let seen = fence::read_owner(client, &self.tables, &self.sink_id)?;
             match fence::takeover(seen.as_ref(), &self.owner) {
                 Takeover::Held => return Ok(()),
                 Takeover::Advance => {}
+                Takeover::Superseded(newer) => {
+                    return Err(PostgresError::Fenced {
+                        sink: self.sink_id.clone(),
+                        server: self.settings.connection.server().to_string(),
+                        table: self.tables.fences.clone(),
+                        epoch: self.owner.epoch,
+                        found: newer.to_string(),
+                    }
+                    .into())
+                }
                 Takeover::Contested(other) => {
                     context.fencing_token().check()?;
                     tracing::warn!(
@@ -319,6 +334,10 @@ impl<T> PostgresTransactionalSink<T> {
                     );
                 }
             }
+            // Only a process entitled to the row settles what others prepared.
+            context.fencing_token().check()?;
+            self.roll_back_lingering(context, known)?;
+            let client = connected(&self.settings, &mut self.control)?;
             if fence::try_take(
                 client,
                 &self.tables,
@@ -419,6 +438,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for PostgresTransactio
         self.owner = Owner {
             epoch: token.epoch(),
             holder: token.holder().to_string(),
+            attempt: context.attempt_number(),
         };
         self.take_fence(context, known)?;
         let start = SystemTime::now()

@@ -4,7 +4,9 @@
 //! the sink exists.
 //!
 //! Why in the database: a process that checked its fencing token and then stalled must not
-//! commit after a successor took the job over. Every prepared transaction reads the fence
+//! commit after a successor took the job over — nor a task of an earlier attempt (a
+//! TaskManager the JobManager gave up on, which restarted the job elsewhere under the same
+//! epoch) after the next attempt started: the row names the attempt too. Every prepared transaction reads the fence
 //! row `FOR SHARE` and fails unless it names its own process; the share lock stays with the
 //! prepared transaction until it is committed or rolled back. A successor's takeover
 //! advances the row with `FOR UPDATE`, which waits for every prepared transaction holding
@@ -36,9 +38,12 @@ pub struct FenceTables {
 impl FenceTables {
     /// The fence tables beside `table` (`schema.table` or `table`).
     pub fn beside(table: &str) -> Self {
-        let schema = table
-            .rsplit_once('.')
-            .map(|(schema, _)| format!("{}.", quote_identifier(schema)));
+        // Split as the sink's table is quoted: every part but the last names the schema
+        // (and the database, when there are three).
+        let schema = table.rsplit_once('.').map(|(schema, _)| {
+            let parts: Vec<String> = schema.split('.').map(quote_identifier).collect();
+            format!("{}.", parts.join("."))
+        });
         let qualified = |name: &str| format!("{}{name}", schema.as_deref().unwrap_or(""));
         Self {
             fences: qualified("weir_fences"),
@@ -51,7 +56,8 @@ impl FenceTables {
         [
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, epoch bigint NOT NULL, \
-                 holder text NOT NULL, taken_at timestamptz NOT NULL DEFAULT now())",
+                 holder text NOT NULL, attempt bigint NOT NULL DEFAULT 0, \
+                 taken_at timestamptz NOT NULL DEFAULT now())",
                 self.fences
             ),
             format!(
@@ -76,13 +82,25 @@ impl FenceTables {
     }
 }
 
-/// Who owns a sink's transactions: a process of a job, by its fencing token.
+/// Who owns a sink's transactions: an attempt of a process of a job, by its fencing token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// The epoch of the process (0 for a job without checkpoint storage).
     pub epoch: u64,
     /// The process, as its job record describes it.
     pub holder: String,
+    /// The attempt of the job's run in that process (Flink's attempt number).
+    pub attempt: u64,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "epoch {}, attempt {} ({})",
+            self.epoch, self.attempt, self.holder
+        )
+    }
 }
 
 /// What a subtask does with the fence row it found at start.
@@ -91,8 +109,11 @@ pub enum Takeover {
     /// The row names this process already (a sibling subtask or an earlier attempt of this
     /// process took it).
     Held,
-    /// No row, or an older epoch of the job: advance it to this process.
+    /// No row, an older epoch of the job, or an earlier attempt of this process: advance it.
     Advance,
+    /// A later attempt of this same process holds it: this task belongs to an attempt the
+    /// job gave up on, and commits nothing.
+    Superseded(Owner),
     /// The row names a newer epoch, or another process of the same epoch: either this
     /// process lost its job (its fencing token says so), or another job writes with the
     /// same transaction prefix (its token holds, and it takes the row over).
@@ -105,6 +126,13 @@ pub fn takeover(found: Option<&Owner>, mine: &Owner) -> Takeover {
         None => Takeover::Advance,
         Some(found) if found == mine => Takeover::Held,
         Some(found) if found.epoch < mine.epoch => Takeover::Advance,
+        Some(found) if found.epoch == mine.epoch && found.holder == mine.holder => {
+            if found.attempt < mine.attempt {
+                Takeover::Advance
+            } else {
+                Takeover::Superseded(found.clone())
+            }
+        }
         Some(found) => Takeover::Contested(found.clone()),
     }
 }
@@ -118,19 +146,26 @@ fn lost_creation_race(e: &postgres::Error) -> bool {
     )
 }
 
-/// Creates the fence tables when they are missing.
+/// Creates the fence tables when they are missing. Tables that exist are left alone, so a
+/// role without `CREATE` on the schema works once they were made for it (PostgreSQL checks
+/// that privilege even for `CREATE TABLE IF NOT EXISTS` of an existing table).
 pub fn ensure_tables(client: &mut Client, tables: &FenceTables) -> Result<(), PostgresError> {
-    for statement in tables.create_statements() {
+    let action = "creating the fence tables of the exactly-once sink";
+    for (name, statement) in [&tables.fences, &tables.commits]
+        .into_iter()
+        .zip(tables.create_statements())
+    {
+        let exists: Option<String> = client
+            .query_one("SELECT to_regclass($1)::text", &[name])
+            .map_err(|e| PostgresError::database(action, name, e))?
+            .get(0);
+        if exists.is_some() {
+            continue;
+        }
         match client.batch_execute(&statement) {
             Ok(()) => {}
             Err(e) if lost_creation_race(&e) => {}
-            Err(e) => {
-                return Err(PostgresError::database(
-                    "creating the fence tables of the exactly-once sink",
-                    &tables.fences,
-                    e,
-                ))
-            }
+            Err(e) => return Err(PostgresError::database(action, name, e)),
         }
     }
     Ok(())
@@ -145,7 +180,7 @@ pub fn read_owner(
     let row = client
         .query_opt(
             &format!(
-                "SELECT epoch, holder FROM {} WHERE sink = $1",
+                "SELECT epoch, holder, attempt FROM {} WHERE sink = $1",
                 tables.fences
             ),
             &[&sink],
@@ -154,6 +189,7 @@ pub fn read_owner(
     Ok(row.map(|row| Owner {
         epoch: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
         holder: row.get(1),
+        attempt: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
     }))
 }
 
@@ -170,6 +206,7 @@ pub fn try_take(
 ) -> Result<bool, PostgresError> {
     let action = "taking the sink's fence row";
     let epoch = i64::try_from(mine.epoch).unwrap_or(i64::MAX);
+    let attempt = i64::try_from(mine.attempt).unwrap_or(i64::MAX);
     let mut transaction = client
         .transaction()
         .map_err(|e| PostgresError::database(action, &tables.fences, e))?;
@@ -178,7 +215,7 @@ pub fn try_take(
         .map_err(|e| PostgresError::database(action, &tables.fences, e))?;
     let current = match transaction.query_opt(
         &format!(
-            "SELECT epoch, holder FROM {} WHERE sink = $1 FOR UPDATE",
+            "SELECT epoch, holder, attempt FROM {} WHERE sink = $1 FOR UPDATE",
             tables.fences
         ),
         &[&sink],
@@ -186,6 +223,7 @@ pub fn try_take(
         Ok(row) => row.map(|row| Owner {
             epoch: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
             holder: row.get(1),
+            attempt: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
         }),
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(false),
         Err(e) => return Err(PostgresError::database(action, &tables.fences, e)),
@@ -195,18 +233,18 @@ pub fn try_take(
     }
     let statement = if current.is_some() {
         format!(
-            "UPDATE {} SET epoch = $2, holder = $3, taken_at = now() WHERE sink = $1",
+            "UPDATE {} SET epoch = $2, holder = $3, attempt = $4, taken_at = now() WHERE sink = $1",
             tables.fences
         )
     } else {
         // A concurrent insert by a sibling makes this one fail: try again, and find it.
         format!(
-            "INSERT INTO {} (sink, epoch, holder) VALUES ($1, $2, $3) ON CONFLICT (sink) DO NOTHING",
+            "INSERT INTO {} (sink, epoch, holder, attempt) VALUES ($1, $2, $3, $4) ON CONFLICT (sink) DO NOTHING",
             tables.fences
         )
     };
     let changed = transaction
-        .execute(&statement, &[&sink, &epoch, &mine.holder])
+        .execute(&statement, &[&sink, &epoch, &mine.holder, &attempt])
         .map_err(|e| PostgresError::database(action, &tables.fences, e))?;
     transaction
         .commit()
@@ -227,7 +265,7 @@ pub fn hold_in_transaction(
     let row = client
         .query_opt(
             &format!(
-                "SELECT epoch, holder FROM {} WHERE sink = $1 FOR SHARE",
+                "SELECT epoch, holder, attempt FROM {} WHERE sink = $1 FOR SHARE",
                 tables.fences
             ),
             &[&sink],
@@ -236,6 +274,7 @@ pub fn hold_in_transaction(
     let found = row.map(|row| Owner {
         epoch: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
         holder: row.get(1),
+        attempt: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
     });
     if found.as_ref() == Some(mine) {
         return Ok(());
@@ -246,7 +285,7 @@ pub fn hold_in_transaction(
         table: tables.fences.clone(),
         epoch: mine.epoch,
         found: match found {
-            Some(owner) => format!("epoch {} ({})", owner.epoch, owner.holder),
+            Some(owner) => owner.to_string(),
             None => "no row (it was deleted)".into(),
         },
     })
@@ -312,6 +351,23 @@ pub fn prune_commits(
     Ok(())
 }
 
+/// The epoch a global id's sequence names: `{checkpoint}-{epoch}-{start}` once prepared at a
+/// checkpoint, `{epoch}-{start}-{counter}` before (and in jobs without checkpoints). The start
+/// is a time in microseconds, far above any checkpoint id or epoch, which tells the two apart.
+pub fn epoch_of_sequence(sequence: &str) -> Option<u64> {
+    let fields: Vec<u64> = sequence
+        .split('-')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    const MICROS: u64 = 1_000_000_000_000;
+    match fields.as_slice() {
+        [epoch, start, _] if *start >= MICROS => Some(*epoch),
+        [_, epoch, start] if *start >= MICROS => Some(*epoch),
+        _ => None,
+    }
+}
+
 /// The newest commit row of `sink` into `target`, described for a refusal to start from
 /// empty state over it; `None` when there is none (or no fence tables yet).
 pub fn committed_output(
@@ -344,7 +400,7 @@ pub fn committed_output(
         let checkpoint: i64 = row.get(2);
         let at: String = row.get(3);
         format!(
-            "rows in table {target}, committed at {at} by subtask {subtask} (checkpoint \
+            "rows in table {target}, written in a transaction begun at {at} by subtask {subtask} (checkpoint \
              {checkpoint}, epoch {epoch}) as {} records; to start over on purpose, remove that \
              output from {target} and run `{}`",
             tables.commits,
@@ -358,9 +414,14 @@ mod tests {
     use super::*;
 
     fn owner(epoch: u64, holder: &str) -> Owner {
+        attempt(epoch, holder, 0)
+    }
+
+    fn attempt(epoch: u64, holder: &str, attempt: u64) -> Owner {
         Owner {
             epoch,
             holder: holder.into(),
+            attempt,
         }
     }
 
@@ -369,6 +430,10 @@ mod tests {
         let qualified = FenceTables::beside("analytics.word_counts");
         assert_eq!(qualified.fences, r#""analytics".weir_fences"#);
         assert_eq!(qualified.commits, r#""analytics".weir_commits"#);
+        assert_eq!(
+            FenceTables::beside("db.analytics.counts").fences,
+            r#""db"."analytics".weir_fences"#
+        );
         let plain = FenceTables::beside("word_counts");
         assert_eq!(plain.fences, "weir_fences");
         assert!(plain.create_statements()[1]
@@ -377,6 +442,14 @@ mod tests {
             plain.start_over_statement("p:it's", "t"),
             "DELETE FROM weir_commits WHERE sink = 'p:it''s' AND target = 't'"
         );
+    }
+
+    #[test]
+    fn the_epoch_is_read_from_both_forms_of_a_sequence() {
+        assert_eq!(epoch_of_sequence("3-1796665787539022-7"), Some(3));
+        assert_eq!(epoch_of_sequence("12-4-1796665787539022"), Some(4));
+        assert_eq!(epoch_of_sequence("5-2"), None);
+        assert_eq!(epoch_of_sequence("x-1-2"), None);
     }
 
     #[test]
@@ -393,6 +466,25 @@ mod tests {
         assert_eq!(
             takeover(Some(&owner(4, "pid 9")), &mine),
             Takeover::Contested(owner(4, "pid 9"))
+        );
+    }
+
+    #[test]
+    fn a_later_attempt_of_the_same_process_supersedes_an_earlier_one() {
+        let second = attempt(3, "pid 7", 2);
+        assert_eq!(
+            takeover(Some(&attempt(3, "pid 7", 1)), &second),
+            Takeover::Advance
+        );
+        // A task of attempt 1, stalled while attempt 2 took the row, is done.
+        assert_eq!(
+            takeover(Some(&second), &attempt(3, "pid 7", 1)),
+            Takeover::Superseded(second.clone())
+        );
+        // Attempts of another process of the same epoch are no later or earlier: contested.
+        assert_eq!(
+            takeover(Some(&attempt(3, "pid 8", 0)), &second),
+            Takeover::Contested(attempt(3, "pid 8", 0))
         );
     }
 }

@@ -3,8 +3,10 @@
 //! elsewhere can still be resumed. In memory, and everywhere else in Weir, locations are full
 //! paths: the storage makes them relative when it writes the record and full again when it
 //! reads it. A location outside the job's directory (a checkpoint or savepoint the job was
-//! started from by path) stays as it was given; records written before this change hold full
-//! paths, which are read as they are.
+//! started from by path) stays as it was given; records written before this change hold the
+//! paths of their time (full, or relative to the working directory when the checkpoint
+//! directory was configured so), which are read as they are: only a bare `chk-<id>` or
+//! `savepoint-<id>` is taken to be inside the job's directory.
 
 use std::path::Path;
 
@@ -18,9 +20,9 @@ pub fn relative_location(job_dir: &Path, location: &str) -> String {
     }
 }
 
-/// A location as recorded, made a full path again: a relative one is inside `job_dir`.
+/// A location as recorded, made a full path again: a bare location name is inside `job_dir`.
 pub fn resolved_location(job_dir: &Path, location: &str) -> String {
-    if location.is_empty() || Path::new(location).is_absolute() || location.contains("://") {
+    if crate::checkpoint::storage::parse_any_location(location).is_none() {
         return location.to_string();
     }
     job_dir.join(location).display().to_string()
@@ -85,6 +87,12 @@ mod tests {
         assert_eq!(
             resolved_location(Path::new("/w/j"), "s3://b/j/chk-1"),
             "s3://b/j/chk-1"
+        );
+        // A record of an earlier Weir, with a checkpoint directory relative to the working
+        // directory, reads as it was written.
+        assert_eq!(
+            resolved_location(Path::new("work/cp/j"), "work/cp/j/chk-3"),
+            "work/cp/j/chk-3"
         );
     }
 
