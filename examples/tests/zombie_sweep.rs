@@ -24,8 +24,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{describe, small_data, Census};
@@ -200,28 +198,16 @@ impl Sweep {
             points.sort_unstable();
             points.dedup();
         }
-        let next = AtomicUsize::new(0);
-        let failures: Mutex<Vec<String>> = Mutex::default();
-        let outcomes: Mutex<Vec<Outcome>> = Mutex::default();
-        std::thread::scope(|scope| {
-            for _ in 0..2 {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(&point) = points.get(i) else {
-                        return;
-                    };
-                    match self.trial(point) {
-                        Ok(outcome) => outcomes.lock().unwrap().push(outcome),
-                        Err(problem) => failures.lock().unwrap().push(format!(
-                            "stop point {point}: {problem}\n  replay: WEIR_CRASH_POINT={point} cargo nextest run -p weir-examples --test zombie_sweep {}",
-                            self.name
-                        )),
-                    }
-                });
-            }
-        });
-        let failures = failures.into_inner().unwrap();
-        let outcomes = outcomes.into_inner().unwrap();
+        let (outcomes, failures) = crash_points::run_trials(
+            &points,
+            |point| self.trial(point),
+            |point| {
+                format!(
+                    "stop point {point} (replay: WEIR_CRASH_POINT={point} cargo nextest run -p weir-examples --test zombie_sweep {})",
+                    self.name
+                )
+            },
+        );
         println!(
             "zombie sweep {}: {} trials over stop points 1..={total}, record writes included ({} \
              ended before their point, \

@@ -19,8 +19,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use weir_postgres::word_count::{self, WordCount};
@@ -294,28 +292,11 @@ fn file_operations() -> u64 {
 }
 
 fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
-    let next = AtomicUsize::new(0);
-    let failures: Mutex<Vec<String>> = Mutex::default();
-    let outcomes: Mutex<Vec<Outcome>> = Mutex::default();
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&stop) = stops.get(i) else {
-                    return;
-                };
-                match trial(stop, s3) {
-                    Ok(outcome) => outcomes.lock().unwrap().push(outcome),
-                    Err(problem) => failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("stopped at {stop:?}: {problem}")),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().unwrap();
-    let outcomes = outcomes.into_inner().unwrap();
+    let (outcomes, failures) = crash_points::run_trials(
+        &stops,
+        |stop| trial(stop, s3),
+        |stop| format!("stopped at {stop:?}"),
+    );
     println!(
         "zombie sweep {name}: {} trials ({} ended before their point, {} zombies failed when \
          woken), {} violations",

@@ -188,6 +188,52 @@ pub fn resume(child: &Child) {
     signal(child, libc::SIGCONT);
 }
 
+/// Runs `trial` at every one of `points` on two threads (the machines have two cores, and a
+/// trial is mostly waiting for its processes): the outcomes of the trials that held, and the
+/// problems of those that did not, each prefixed with `describe(point)`.
+pub fn run_trials<P, O>(
+    points: &[P],
+    trial: impl Fn(P) -> Result<O, String> + Sync,
+    describe: impl Fn(P) -> String + Sync,
+) -> (Vec<O>, Vec<String>)
+where
+    P: Copy + Sync,
+    O: Send,
+{
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes = std::sync::Mutex::new(Vec::new());
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(&point) = points.get(i) else {
+                    return;
+                };
+                let result = trial(point);
+                match result {
+                    Ok(outcome) => outcomes
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(outcome),
+                    Err(problem) => failures
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(format!("{}: {problem}", describe(point))),
+                }
+            });
+        }
+    });
+    (
+        outcomes
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        failures
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
 /// A scratch directory's absolute path (the injector matches absolute prefixes).
 pub fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
