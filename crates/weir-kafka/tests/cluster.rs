@@ -139,3 +139,49 @@ fn taskmanagers_dying_before_and_after_commits_lose_and_duplicate_nothing() {
         finish_and_verify(&mut cluster, &setup, &format!("seed {seed}"));
     }
 }
+
+/// A TaskManager that stalls right before its first transaction commit (it stops itself,
+/// after the checkpoint completed) is lost by heartbeat; the JobManager restarts the job on
+/// a replacement, which settles the transaction from the checkpoint and finishes the job.
+/// Continued, the stalled TaskManager finds its producer fenced and must neither commit nor
+/// send anything again: the output stays exactly the expected running counts.
+#[test]
+fn a_stalled_taskmanager_commits_and_resends_nothing_after_the_job_moved_on() {
+    let setup = setup();
+    let mut cluster = cluster(&setup, "8000");
+    cluster.start_jobmanager();
+    cluster.start_taskmanager_with("tm-1", 1, &["--stop-before-commit", "1"]);
+    cluster.start_taskmanager("tm-2", 1);
+    cluster.start_taskmanager("tm-3", 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !cluster
+        .log("tm-1-1.err")
+        .contains("stopping myself before committing")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tm-1 never stalled:\n{}",
+            cluster.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.start_taskmanager("tm-4", 1);
+    let (status, _) = cluster.wait_jobmanager(Duration::from_secs(180));
+    assert!(
+        status.success(),
+        "the JobManager failed:\n{}",
+        cluster.all_logs()
+    );
+    cluster.continue_taskmanager("tm-1");
+    // It gives up on its JobManager within the registration timeout; whatever it tried
+    // meanwhile is in the log before the output is read.
+    cluster.wait_taskmanager_exit("tm-1", Duration::from_secs(120));
+    let committed = word_count::committed_counts(&common::bootstrap(), &setup.output, PARTITIONS)
+        .expect("read output");
+    if let Err(problems) = word_count::verify_counts(&committed, &setup.expected, true) {
+        panic!(
+            "output is wrong after the stalled TaskManager continued: {problems}\n{}",
+            cluster.log("tm-1-1.err")
+        );
+    }
+}
