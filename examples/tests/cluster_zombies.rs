@@ -7,7 +7,7 @@
 //! run gives, read back with plain file reads, and a stale JobManager ends fenced.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_examples::census;
 use weir_testkit::local_cluster::LocalCluster;
@@ -57,15 +57,7 @@ fn census_cluster(work: &Path, url: &str, name: &str) -> LocalCluster {
 
 /// Waits until the cluster's JobManager logged `n` completed checkpoints.
 fn await_completed(cluster: &LocalCluster, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while cluster.log("jobmanager-1.err").matches("Completed").count() < n {
-        assert!(
-            Instant::now() < deadline,
-            "no {n} completed checkpoints:\n{}",
-            cluster.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    cluster.await_log("jobmanager-1.err", "Completed", n, Duration::from_secs(90));
 }
 
 /// Runs the successor to its end and checks the output.

@@ -153,18 +153,12 @@ fn a_stalled_taskmanager_commits_and_resends_nothing_after_the_job_moved_on() {
     cluster.start_taskmanager_with("tm-1", 1, &["--stop-before-commit", "1"]);
     cluster.start_taskmanager("tm-2", 1);
     cluster.start_taskmanager("tm-3", 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !cluster
-        .log("tm-1-1.err")
-        .contains("stopping myself before committing")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tm-1 never stalled:\n{}",
-            cluster.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    cluster.await_log(
+        "tm-1-1.err",
+        "stopping myself before committing",
+        1,
+        Duration::from_secs(120),
+    );
     cluster.start_taskmanager("tm-4", 1);
     let (status, _) = cluster.wait_jobmanager(Duration::from_secs(180));
     assert!(

@@ -45,19 +45,6 @@ struct Outcome {
     reason: Option<String>,
 }
 
-/// The last `error:` line of a process's messages, without its details.
-fn reason(said: &str) -> Option<String> {
-    let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
-    // Up to the first path or quote: what differs from trial to trial is left out.
-    let end = [line.find('/'), line.find(" (pid")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(line.len())
-        .min(140);
-    Some(line.chars().take(end).collect())
-}
-
 struct Topics {
     input: String,
     output: String,
@@ -161,7 +148,8 @@ fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
         let status = weir_testkit::wait_bounded(&mut zombie, HANG, "the zombie");
         outcome.zombie_failed = !status.success();
         if outcome.zombie_failed {
-            outcome.reason = reason(&std::fs::read_to_string(&said).unwrap_or_default());
+            outcome.reason =
+                crash_points::ending_reason(&std::fs::read_to_string(&said).unwrap_or_default());
         }
         replaced.map_err(|e| format!("{e}\nthe zombie ({status}) said:\n{}", zombie_said()))?;
     } else {
@@ -201,13 +189,7 @@ fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
         outcomes.iter().filter(|o| o.zombie_failed).count(),
         failures.len()
     );
-    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
-    for r in outcomes.iter().filter_map(|o| o.reason.as_deref()) {
-        *reasons.entry(r).or_default() += 1;
-    }
-    for (r, n) in reasons {
-        println!("  {n} zombies ended with: {r}");
-    }
+    crash_points::print_reasons(outcomes.iter().filter_map(|o| o.reason.as_deref()));
     assert!(
         failures.is_empty(),
         "{name}: {} of {} stop points broke exactly-once:\n{}",

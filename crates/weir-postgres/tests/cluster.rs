@@ -136,18 +136,12 @@ fn a_stalled_taskmanager_of_an_earlier_attempt_prepares_nothing() {
     cluster.start_jobmanager();
     cluster.start_taskmanager_with("tm-1", 1, &["--stop-before-prepare", "2"]);
     cluster.start_taskmanager("tm-2", 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !cluster
-        .log("tm-1-1.err")
-        .contains("stopping myself before PREPARE TRANSACTION")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tm-1 never stalled:\n{}",
-            cluster.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    cluster.await_log(
+        "tm-1-1.err",
+        "stopping myself before PREPARE TRANSACTION",
+        1,
+        Duration::from_secs(120),
+    );
     cluster.start_taskmanager("tm-3", 1);
     let (status, _) = cluster.wait_jobmanager(Duration::from_secs(180));
     assert!(

@@ -57,19 +57,6 @@ struct Outcome {
     refused_by_database: bool,
 }
 
-/// The last `error:` line of a process's messages, without its details.
-fn reason(said: &str) -> Option<String> {
-    let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
-    // Up to the first path or quote: what differs from trial to trial is left out.
-    let end = [line.find('/'), line.find(" (pid")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(line.len())
-        .min(140);
-    Some(line.chars().take(end).collect())
-}
-
 fn pg_count(table: &str, work: &Path, resume: bool) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir-pg-count"));
     command
@@ -240,7 +227,7 @@ fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
         outcome.zombie_failed = !status.success();
         if outcome.zombie_failed {
             let text = std::fs::read_to_string(&said).unwrap_or_default();
-            outcome.reason = reason(&text);
+            outcome.reason = crash_points::ending_reason(&text);
             outcome.refused_by_database = text.contains("no longer owns the sink's transactions")
                 || text.contains("idle-in-transaction");
         }
@@ -305,13 +292,7 @@ fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
         outcomes.iter().filter(|o| o.zombie_failed).count(),
         failures.len()
     );
-    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
-    for r in outcomes.iter().filter_map(|o| o.reason.as_deref()) {
-        *reasons.entry(r).or_default() += 1;
-    }
-    for (r, n) in reasons {
-        println!("  {n} zombies ended with: {r}");
-    }
+    crash_points::print_reasons(outcomes.iter().filter_map(|o| o.reason.as_deref()));
     println!(
         "  {} zombies were refused a statement by PostgreSQL (the fence row, or their stalled session ended)",
         outcomes.iter().filter(|o| o.refused_by_database).count()

@@ -234,6 +234,30 @@ where
     )
 }
 
+/// Why a process ended, from its messages: its last `error:` line, cut before the first path
+/// or process description, so that the same reason in different trials reads the same.
+pub fn ending_reason(said: &str) -> Option<String> {
+    let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
+    let end = [line.find('/'), line.find(" (pid")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(line.len())
+        .min(140);
+    Some(line.chars().take(end).collect())
+}
+
+/// Prints how many trials ended for each reason (`  3 zombies ended with: …`).
+pub fn print_reasons<'a>(reasons: impl Iterator<Item = &'a str>) {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for reason in reasons {
+        *counts.entry(reason).or_default() += 1;
+    }
+    for (reason, n) in counts {
+        println!("  {n} zombies ended with: {reason}");
+    }
+}
+
 /// A scratch directory's absolute path (the injector matches absolute prefixes).
 pub fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())

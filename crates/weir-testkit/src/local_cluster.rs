@@ -319,6 +319,20 @@ impl LocalCluster {
         std::fs::read_to_string(self.logs.join(name)).unwrap_or_default()
     }
 
+    /// Waits until log `name` holds `text` at least `times` times — something a process
+    /// printed, never a duration — and panics with every log once `limit` has passed.
+    pub fn await_log(&self, name: &str, text: &str, times: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.log(name).matches(text).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "{name} never said `{text}` {times} times within {limit:?}:\n{}",
+                self.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every log file, concatenated with headers (for a failing test's message).
     pub fn all_logs(&self) -> String {
         let mut names: Vec<PathBuf> = std::fs::read_dir(&self.logs)
