@@ -5,10 +5,14 @@
 # point; each is tried, recovered and checked against the exactly-once oracle. Then the zombie
 # sweep (examples/tests/zombie_sweep.rs): the job stopped (SIGSTOP) at each operation, its lock
 # file removed, a replacement run to the end, the stopped process continued, the output
-# checked. Then the zombie sweeps into PostgreSQL and Kafka (crates/weir-postgres and
+# checked — also with the checkpoints on the S3-compatible server, stopped at file operations
+# and at object-storage writes — and the cluster zombie sweeps
+# (examples/tests/cluster_zombies.rs: a stale JobManager at each of its object-storage
+# writes, a stale TaskManager at each of its object-storage writes and file operations, a
+# second cluster run to the end). Then the zombie sweeps into PostgreSQL and Kafka (crates/weir-postgres and
 # crates/weir-kafka, tests/zombie_sweep.rs): stops at file operations, PREPARE TRANSACTION,
 # COMMIT PREPARED and Kafka commits, against the servers scripts/postgres.sh and
-# scripts/kafka-broker.sh start (and this script stops). CI runs a sample of the same tests;
+# scripts/kafka-broker.sh start (and this script stops, with scripts/s3-server.sh's server). CI runs a sample of the same tests;
 # this runs all of them (over an hour on 2 cores).
 #
 #   scripts/crash-sweep.sh              the full sweep
@@ -37,36 +41,42 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install cargo-nextest --locked
 fi
 
-# Runs the sweep tests in tree $1 (with CARGO_TARGET_DIR as set by the caller); prints the
-# per-scenario lines and leaves the exit status of the test run.
+# Runs the sweep tests of weir-examples in tree $1 (with CARGO_TARGET_DIR as set by the
+# caller), $2 points per scenario, the test targets after that; prints the per-scenario lines
+# and leaves the exit status of the test run.
 sweep() {
     local tree="$1" points="$2" log
+    shift 2
+    local tests=()
+    for t in "$@"; do tests+=(--test "$t"); done
     log="$(mktemp)"
     set +e
     (cd "$tree" && WEIR_CRASH_SWEEP="$points" cargo nextest run --locked --profile sweep -p weir-examples \
-        --test crash_sweep --test zombie_sweep --no-capture --no-fail-fast >"$log" 2>&1)
+        "${tests[@]}" --no-capture --no-fail-fast >"$log" 2>&1)
     local status=$?
     set -e
-    grep -E '^(zombie )?sweep ' "$log" || true
-    if [ $status -ne 0 ] && ! grep -qE '^(zombie )?sweep ' "$log"; then
+    grep -E '^((cluster )?zombie )?sweep |^  [0-9]+ zombies' "$log" || true
+    if [ $status -ne 0 ] && ! grep -qE '^((cluster )?zombie )?sweep ' "$log"; then
         tail -n 40 "$log" >&2
     fi
-    awk '/^(zombie )?sweep /{ for (i = 1; i <= NF; i++) { if ($(i+1) == "trials") t += $i; if ($(i+1) == "violations") v += $i } }
+    awk '/^((cluster )?zombie )?sweep /{ for (i = 1; i <= NF; i++) { if ($(i+1) == "trials") t += $i; if ($(i+1) == "violations") v += $i } }
          END { printf "total: %d trials, %d violations\n", t, v }' "$log"
     rm -f "$log"
     return $status
 }
 
+# The zombie sweeps on object storage need the S3-compatible server.
+# shellcheck source=lib/stop-services.sh
+. scripts/lib/stop-services.sh
+trap stop_started_services EXIT
+eval "$(scripts/s3-server.sh start)"
 if [ $sweep_here = 1 ]; then
     started=$(date +%s)
-    echo "==> crash-point sweep ($sample points per scenario)"
-    sweep . "$sample"
+    echo "==> crash-point and zombie sweeps of the census job ($sample points per scenario)"
+    sweep . "$sample" crash_sweep zombie_sweep cluster_zombies
     echo "==> done in $(( $(date +%s) - started )) s"
     started=$(date +%s)
     echo "==> zombie sweeps into PostgreSQL and Kafka ($sample points)"
-    # shellcheck source=lib/stop-services.sh
-    . scripts/lib/stop-services.sh
-    trap stop_started_services EXIT
     eval "$(scripts/postgres.sh start)"
     eval "$(scripts/kafka-broker.sh start)"
     log="$(mktemp)"
@@ -97,7 +107,7 @@ if [ $mutations = 1 ]; then
             git worktree remove --force "$tree"
             exit 1
         fi
-        if CARGO_TARGET_DIR="$mutants_target" sweep "$tree" 40; then
+        if CARGO_TARGET_DIR="$mutants_target" sweep "$tree" 40 crash_sweep zombie_sweep; then
             echo "mutation $name: NOT caught — the sweep passed with the bug in place" >&2
             git worktree remove --force "$tree"
             exit 1

@@ -13,7 +13,10 @@
 //!   it), while the zombie is anywhere in a run of its own;
 //! - `on_s3`: `resumed` with the checkpoints and the job record on the S3-compatible server
 //!   (`scripts/s3-server.sh`), which has no lock: the stop points are the output's file
-//!   operations, and only the record's compare-and-swap tells the zombie it lost the job.
+//!   operations, and only the record's compare-and-swap tells the zombie it lost the job;
+//! - `on_s3_requests`: the same, stopped right before the N-th request that writes object
+//!   storage instead — the request is held and reaches storage only after the zombie
+//!   continues ([`StorageStops`]).
 //!
 //! CI runs a sample of points; `WEIR_CRASH_SWEEP=full` tries every one
 //! (`scripts/crash-sweep.sh`), `WEIR_CRASH_SWEEP=n` n of them, and `WEIR_CRASH_POINT=n`
@@ -28,6 +31,7 @@ use std::time::Duration;
 
 use common::{describe, small_data, Census};
 use weir_testkit::crash_points::{self, absolute, inject, wait_stopped, Fault, FileOperation};
+use weir_testkit::storage_stops::StorageStops;
 
 const ROWS_PER_FILE: usize = 400;
 const RATE: u32 = 5000;
@@ -50,6 +54,24 @@ struct Sweep {
     data: PathBuf,
     /// Checkpoints on object storage under this URL (a fresh prefix per run), if set.
     s3: Option<String>,
+    /// What the stop points count.
+    stops: Stops,
+}
+
+/// What a sweep's stop points count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stops {
+    /// Durable file operations under the work directory.
+    FileOperations,
+    /// Requests that write object storage.
+    StorageWrites,
+}
+
+/// One durable operation of a counting run: its number and what it touched.
+struct Operation {
+    n: u64,
+    /// Whether it is the first operation of a job record write.
+    starts_record_write: bool,
 }
 
 /// What one trial saw.
@@ -104,14 +126,39 @@ impl Sweep {
     }
 
     /// The durable operations of an undisturbed fresh run.
-    fn count(&self) -> Vec<FileOperation> {
+    fn count(&self) -> Vec<Operation> {
         let dir = tempfile::tempdir().unwrap();
         let work = absolute(dir.path()).join("work");
         std::fs::create_dir_all(&work).unwrap();
-        let log = absolute(dir.path()).join("ops.log");
         let extra = self.storage_args("count");
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        crash_points::count_operations(self.census(&work).command(false, 2, &extra), &work, &log)
+        let mut command = self.census(&work).command(false, 2, &extra);
+        if self.stops == Stops::StorageWrites {
+            let stops = StorageStops::to_test_server(None);
+            command.env("AWS_ENDPOINT", &stops.endpoint);
+            let output = command.output().expect("cannot start the counting run");
+            assert!(
+                output.status.success(),
+                "the counting run failed: {}",
+                describe(&output)
+            );
+            return stops
+                .requests()
+                .into_iter()
+                .map(|r| Operation {
+                    n: r.n,
+                    starts_record_write: r.method == "PUT" && r.target.contains("/_job_record"),
+                })
+                .collect();
+        }
+        let log = absolute(dir.path()).join("ops.log");
+        crash_points::count_operations(command, &work, &log)
+            .into_iter()
+            .map(|o: FileOperation| Operation {
+                n: o.n,
+                starts_record_write: o.op == "create" && o.path.contains("/_job_record/."),
+            })
+            .collect()
     }
 
     /// One trial: the zombie stopped at `point`, its lock removed, the replacement run to
@@ -124,10 +171,27 @@ impl Sweep {
         let extra = self.storage_args(&point.to_string());
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let mut zombie = census.command(false, 2, &extra);
-        inject(&mut zombie, &work, Fault::StopAt(point), None);
+        let storage_stops = match self.stops {
+            Stops::FileOperations => {
+                inject(&mut zombie, &work, Fault::StopAt(point), None);
+                None
+            }
+            Stops::StorageWrites => {
+                let stops = StorageStops::to_test_server(Some(point));
+                zombie.env("AWS_ENDPOINT", &stops.endpoint);
+                Some(stops)
+            }
+        };
         let mut zombie = zombie.spawn().map_err(|e| e.to_string())?;
         let mut outcome = Outcome::default();
-        if !wait_stopped(&mut zombie, HANG) {
+        let stopped = match &storage_stops {
+            None => wait_stopped(&mut zombie, HANG),
+            Some(stops) => {
+                stops.watch(zombie.id());
+                stops.wait_stopped(HANG, || matches!(zombie.try_wait(), Ok(Some(_))))
+            }
+        };
+        if !stopped {
             let output = zombie.wait_with_output().map_err(|e| e.to_string())?;
             if !output.status.success() {
                 return Err(format!(
@@ -146,6 +210,9 @@ impl Sweep {
             .output()
             .map_err(|e| e.to_string())?;
         let replaced = replacement.status.success();
+        if let Some(stops) = &storage_stops {
+            stops.release();
+        }
         crash_points::resume(&zombie);
         let (status, stderr) = weir_testkit::wait_with_stderr(&mut zombie, HANG, "the zombie");
         outcome.zombie_failed = !status.success();
@@ -189,7 +256,7 @@ impl Sweep {
         if std::env::var("WEIR_CRASH_POINT").is_err() {
             let record_writes: Vec<u64> = ops
                 .iter()
-                .filter(|o| o.op == "create" && o.path.contains("/_job_record/."))
+                .filter(|o| o.starts_record_write)
                 .map(|o| o.n)
                 .collect();
             let step = (record_writes.len() / sample.max(1)).max(1);
@@ -238,7 +305,7 @@ fn tail(text: &str) -> String {
 }
 
 fn sweep(name: &str, sink: &'static str, replacement: Replacement, sample: usize) {
-    sweep_on(name, sink, replacement, sample, None);
+    sweep_on(name, sink, replacement, sample, None, Stops::FileOperations);
 }
 
 fn sweep_on(
@@ -247,6 +314,7 @@ fn sweep_on(
     replacement: Replacement,
     sample: usize,
     s3: Option<String>,
+    stops: Stops,
 ) {
     let dir = tempfile::tempdir().unwrap();
     Sweep {
@@ -255,6 +323,7 @@ fn sweep_on(
         replacement,
         data: small_data(&absolute(dir.path()), ROWS_PER_FILE),
         s3,
+        stops,
     }
     .run(sample);
 }
@@ -294,6 +363,7 @@ fn resumed_2pc_on_s3() {
         Replacement::Resume,
         6,
         Some(s3_bucket()),
+        Stops::FileOperations,
     );
 }
 
@@ -305,5 +375,30 @@ fn resumed_wal_on_s3() {
         Replacement::Resume,
         6,
         Some(s3_bucket()),
+        Stops::FileOperations,
+    );
+}
+
+#[test]
+fn resumed_2pc_on_s3_requests() {
+    sweep_on(
+        "resumed_2pc_on_s3_requests",
+        "2pc",
+        Replacement::Resume,
+        4,
+        Some(s3_bucket()),
+        Stops::StorageWrites,
+    );
+}
+
+#[test]
+fn resumed_wal_on_s3_requests() {
+    sweep_on(
+        "resumed_wal_on_s3_requests",
+        "wal",
+        Replacement::Resume,
+        4,
+        Some(s3_bucket()),
+        Stops::StorageWrites,
     );
 }

@@ -234,11 +234,12 @@ where
     )
 }
 
-/// Why a process ended, from its messages: its last `error:` line, cut before the first path
-/// or process description, so that the same reason in different trials reads the same.
+/// Why a process ended, from its messages: its last `error:` line, cut before the first path,
+/// local address or process description, so that the same reason in different trials reads
+/// the same.
 pub fn ending_reason(said: &str) -> Option<String> {
     let line = said.lines().rev().find(|l| l.starts_with("error:"))?;
-    let end = [line.find('/'), line.find(" (pid")]
+    let end = [line.find('/'), line.find(" (pid"), line.find("127.0.0.1")]
         .into_iter()
         .flatten()
         .min()

@@ -1,7 +1,8 @@
 //! Test support shared by Weir's crates: seeds that can be replayed, a small deterministic
 //! random generator, the pieces of the process-kill tests (wait for a child process,
 //! SIGKILL it after a delay or after a checkpoint completed), and deterministic crash points
-//! ([`crash_points`]: kill or stop a process at its N-th durable file operation), and a
+//! ([`crash_points`]: kill or stop a process at its N-th durable file operation;
+//! [`storage_stops`]: stop it at its N-th object-storage write), and a
 //! cluster of real JobManager and TaskManager processes on 127.0.0.1 ([`local_cluster`]).
 
 #![warn(missing_docs)]
@@ -10,6 +11,7 @@ pub mod crash_points;
 pub mod fault_proxy;
 pub mod local_cluster;
 pub mod recovery_scenarios;
+pub mod storage_stops;
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};

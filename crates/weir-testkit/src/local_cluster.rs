@@ -29,7 +29,14 @@ pub struct LocalCluster {
     jobmanager_starts: u32,
     taskmanagers: BTreeMap<String, Child>,
     taskmanager_starts: BTreeMap<String, u32>,
+    /// Set-ups of one role's processes (`jobmanager` or a TaskManager id), applied to every
+    /// process of that role started from then on.
+    preparations: BTreeMap<String, Vec<Preparation>>,
 }
+
+/// Something done to a process's command before it starts (an environment variable, the
+/// crash injector).
+type Preparation = Box<dyn Fn(&mut Command) + Send>;
 
 impl LocalCluster {
     /// A cluster of `binary` run with `job_args`, logging into `logs`. The heartbeat
@@ -58,7 +65,52 @@ impl LocalCluster {
             jobmanager_starts: 0,
             taskmanagers: BTreeMap::new(),
             taskmanager_starts: BTreeMap::new(),
+            preparations: BTreeMap::new(),
         }
+    }
+
+    /// Replaces the value of cluster flag `flag` (`--registration-timeout-ms`, …) for every
+    /// process started from now on.
+    pub fn set_cluster_arg(&mut self, flag: &str, value: &str) {
+        match self.cluster_args.iter().position(|a| a == flag) {
+            Some(i) if i + 1 < self.cluster_args.len() => self.cluster_args[i + 1] = value.into(),
+            _ => self
+                .cluster_args
+                .extend([flag.to_string(), value.to_string()]),
+        }
+    }
+
+    /// Applies `setup` to the command of every process of `role` (`jobmanager`, or a
+    /// TaskManager id) started from now on — an environment variable, the crash injector.
+    pub fn prepare(&mut self, role: &str, setup: impl Fn(&mut Command) + Send + 'static) {
+        self.preparations
+            .entry(role.to_string())
+            .or_default()
+            .push(Box::new(setup));
+    }
+
+    /// The process id of the running JobManager.
+    pub fn jobmanager_pid(&self) -> Option<u32> {
+        self.jobmanager.as_ref().map(Child::id)
+    }
+
+    /// The process id of TaskManager `id`, if it runs.
+    pub fn taskmanager_pid(&self, id: &str) -> Option<u32> {
+        self.taskmanagers.get(id).map(Child::id)
+    }
+
+    /// Whether TaskManager `id` is stopped (SIGSTOP), per `/proc`.
+    pub fn taskmanager_stopped(&self, id: &str) -> bool {
+        self.taskmanagers
+            .get(id)
+            .is_some_and(crate::crash_points::is_stopped)
+    }
+
+    /// Whether TaskManager `id` has exited (or was never started).
+    pub fn taskmanager_exited(&mut self, id: &str) -> bool {
+        self.taskmanagers
+            .get_mut(id)
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// Adds `args` to every process started from now on.
@@ -67,12 +119,13 @@ impl LocalCluster {
         self
     }
 
-    fn spawn(&self, role_args: &[String], log: &str) -> Child {
+    fn spawn(&self, role: &str, role_args: &[String], log: &str) -> Child {
         let out = std::fs::File::create(self.logs.join(format!("{log}.out")))
             .expect("cannot create a log file");
         let err = std::fs::File::create(self.logs.join(format!("{log}.err")))
             .expect("cannot create a log file");
-        Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .args(&self.job_args)
             .args(&self.cluster_args)
             .args(role_args)
@@ -84,7 +137,11 @@ impl LocalCluster {
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
+            .stderr(err);
+        for setup in self.preparations.get(role).into_iter().flatten() {
+            setup(&mut command);
+        }
+        command
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()))
     }
@@ -96,7 +153,7 @@ impl LocalCluster {
         let log = format!("jobmanager-{}", self.jobmanager_starts);
         // Its REST endpoint on any free port, so that test clusters never compete for 8081.
         let args = ["--role", "jobmanager", "-D", "rest.port=0"].map(String::from);
-        self.jobmanager = Some(self.spawn(&args, &log));
+        self.jobmanager = Some(self.spawn("jobmanager", &args, &log));
     }
 
     /// The base URL of the running JobManager's REST endpoint, once it has printed it.
@@ -143,7 +200,7 @@ impl LocalCluster {
             slots.to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = self.spawn(&args, &log);
+        let child = self.spawn(id, &args, &log);
         self.taskmanagers.insert(id.to_string(), child);
     }
 
