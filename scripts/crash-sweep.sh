@@ -11,7 +11,9 @@
 # writes, a stale TaskManager at each of its object-storage writes and file operations, a
 # second cluster run to the end). Then the zombie sweeps into PostgreSQL and Kafka (crates/weir-postgres and
 # crates/weir-kafka, tests/zombie_sweep.rs): stops at file operations, PREPARE TRANSACTION,
-# COMMIT PREPARED and Kafka commits, against the servers scripts/postgres.sh and
+# COMMIT PREPARED and Kafka commits — in cluster mode on S3 too (tests/cluster_zombies.rs: a
+# stale JobManager at its object-storage writes, a stale TaskManager at its prepares and
+# commits) — against the servers scripts/postgres.sh and
 # scripts/kafka-broker.sh start (and this script stops, with scripts/s3-server.sh's server). CI runs a sample of the same tests;
 # this runs all of them (over an hour on 2 cores).
 #
@@ -82,10 +84,10 @@ if [ $sweep_here = 1 ]; then
     log="$(mktemp)"
     set +e
     WEIR_CRASH_SWEEP="$sample" cargo nextest run --locked --profile sweep -p weir-postgres \
-        -p weir-kafka --test zombie_sweep --no-capture --no-fail-fast >"$log" 2>&1
+        -p weir-kafka --test zombie_sweep --test cluster_zombies --no-capture --no-fail-fast >"$log" 2>&1
     status=$?
     set -e
-    grep -E '^(zombie sweep |  )' "$log" || true
+    grep -E '^((cluster )?zombie sweep |  )' "$log" || true
     [ $status -eq 0 ] || { tail -n 40 "$log" >&2; rm -f "$log"; exit $status; }
     rm -f "$log"
     echo "==> done in $(( $(date +%s) - started )) s"

@@ -17,11 +17,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use weir_postgres::word_count::{self, WordCount};
+use weir_postgres::word_count;
 use weir_testkit::crash_points::{self, absolute, inject, wait_stopped, Fault};
 
 const RECORDS: u64 = 6000;
@@ -97,77 +97,6 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(6)..].join("\n")
 }
 
-/// `psql`: on the PATH, or in the newest PostgreSQL installed by Debian's packages.
-fn psql() -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join("psql"))
-        .find(|p| p.is_file());
-    on_path.unwrap_or_else(|| {
-        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .map(|dir| dir.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        versions.sort();
-        versions
-            .last()
-            .map(|v| v.join("bin/psql"))
-            .unwrap_or_else(|| PathBuf::from("psql"))
-    })
-}
-
-/// Runs one query with `psql`, returning its unaligned, comma-separated rows.
-fn query(sql: &str) -> Result<Vec<String>, String> {
-    let output = Command::new(psql())
-        .arg(common::url())
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-F",
-            ",",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-        .map_err(|e| format!("cannot run psql: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("psql failed on `{sql}`: {}", describe(&output)));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
-/// The table's rows, as `psql` prints them.
-fn rows(table: &str) -> Result<Vec<WordCount>, String> {
-    query(&format!("SELECT word, count FROM \"{table}\""))?
-        .iter()
-        .map(|line| {
-            let (word, count) = line
-                .rsplit_once(',')
-                .ok_or_else(|| format!("a row psql printed without a comma: {line}"))?;
-            Ok(WordCount {
-                word: word.to_string(),
-                count: count
-                    .parse()
-                    .map_err(|e| format!("a count psql printed: {line}: {e}"))?,
-            })
-        })
-        .collect()
-}
-
-/// The sink's prepared transactions, by `psql`.
-fn prepared(table: &str) -> Result<Vec<String>, String> {
-    query(&format!(
-        "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir-count-{table}:%'"
-    ))
-}
-
 /// Flags that put the job's checkpoints and record on S3 under a fresh prefix (`s3`: the
 /// bucket), or none.
 fn storage_args(s3: Option<&str>, table: &str) -> Vec<String> {
@@ -237,7 +166,7 @@ fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
                 describe(&replacement)
             ));
         }
-        let left = prepared(&table)?;
+        let left = common::psql_prepared(&table)?;
         if !left.is_empty() {
             return Err(format!(
                 "transactions are left prepared after the zombie ended: {left:?}\nthe zombie ({status}) said:\n{stderr}"
@@ -263,7 +192,7 @@ fn trial(stop: StopAt, s3: Option<&str>) -> Result<Outcome, String> {
         ));
     }
     let expected = word_count::expected_totals(RECORDS, WORDS);
-    word_count::verify_running_counts(&rows(&table)?, &expected)
+    word_count::verify_running_counts(&common::psql_rows(&table)?, &expected)
         .map_err(|problems| format!("table {table}: {problems}"))?;
     Ok(outcome)
 }

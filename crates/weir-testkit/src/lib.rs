@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cluster_zombies;
 pub mod crash_points;
 pub mod fault_proxy;
 pub mod local_cluster;

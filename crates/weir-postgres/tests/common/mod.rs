@@ -1,4 +1,5 @@
-//! What the PostgreSQL tests share: the servers' addresses and unique names.
+//! What the PostgreSQL tests share: the servers' addresses, unique names, and `psql` as the
+//! oracle that reads what the sinks committed without Weir's code.
 
 #![allow(dead_code)]
 
@@ -87,4 +88,79 @@ pub fn tls_url_with(sslmode: &str, root_cert: Option<&str>, password: &str) -> S
 /// The TLS server's CA file (from its URL).
 pub fn tls_ca() -> String {
     env("WEIR_POSTGRES_TLS_CA")
+}
+
+/// `psql`: on the PATH, or in the newest PostgreSQL installed by Debian's packages.
+fn psql() -> std::path::PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("psql"))
+        .find(|p| p.is_file());
+    on_path.unwrap_or_else(|| {
+        let mut versions: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|dir| dir.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        versions.sort();
+        versions
+            .last()
+            .map(|v| v.join("bin/psql"))
+            .unwrap_or_else(|| std::path::PathBuf::from("psql"))
+    })
+}
+
+/// Runs one query with `psql`, returning its unaligned, comma-separated rows.
+pub fn psql_query(sql: &str) -> Result<Vec<String>, String> {
+    let output = std::process::Command::new(psql())
+        .arg(url())
+        .args([
+            "-X",
+            "-A",
+            "-t",
+            "-F",
+            ",",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .map_err(|e| format!("cannot run psql: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "psql failed on `{sql}`: {} — {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// The table's rows, as `psql` prints them.
+pub fn psql_rows(table: &str) -> Result<Vec<weir_postgres::word_count::WordCount>, String> {
+    psql_query(&format!("SELECT word, count FROM \"{table}\""))?
+        .iter()
+        .map(|line| {
+            let (word, count) = line
+                .rsplit_once(',')
+                .ok_or_else(|| format!("a row psql printed without a comma: {line}"))?;
+            Ok(weir_postgres::word_count::WordCount {
+                word: word.to_string(),
+                count: count
+                    .parse()
+                    .map_err(|e| format!("a count psql printed: {line}: {e}"))?,
+            })
+        })
+        .collect()
+}
+
+/// The sink's prepared transactions, by `psql`.
+pub fn psql_prepared(table: &str) -> Result<Vec<String>, String> {
+    psql_query(&format!(
+        "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir-count-{table}:%'"
+    ))
 }
