@@ -64,15 +64,9 @@ fn census_job(name: &str, trial: &str) -> TrialJob {
 }
 
 fn sweep(name: &str, stale: Stale, sample: usize) {
-    ClusterZombieSweep {
-        name,
-        binary: Path::new(env!("CARGO_BIN_EXE_census")),
-        stale,
-        taskmanagers: 3,
-        sample,
-        replay: &format!("cargo nextest run -p weir-examples --test cluster_zombies {name}"),
-    }
-    .run(|trial| census_job(name, trial));
+    let binary = Path::new(env!("CARGO_BIN_EXE_census"));
+    ClusterZombieSweep::new("weir-examples", name, binary, stale, sample)
+        .run(|trial| census_job(name, trial));
 }
 
 #[test]

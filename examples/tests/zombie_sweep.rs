@@ -288,14 +288,7 @@ impl Sweep {
             outcomes.iter().filter(|o| o.litter > 0).count(),
             failures.len()
         );
-        assert!(
-            failures.is_empty(),
-            "{}: {} of {} stop points broke exactly-once:\n{}",
-            self.name,
-            failures.len(),
-            points.len(),
-            failures.join("\n")
-        );
+        crash_points::assert_no_violations(&self.name, points.len(), &failures);
     }
 }
 

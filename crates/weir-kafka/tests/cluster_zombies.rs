@@ -81,15 +81,9 @@ fn kafka_job(name: &str, trial: &str) -> TrialJob {
 }
 
 fn sweep(name: &str, stale: Stale, sample: usize) {
-    ClusterZombieSweep {
-        name,
-        binary: Path::new(env!("CARGO_BIN_EXE_weir-kafka-count")),
-        stale,
-        taskmanagers: 3,
-        sample,
-        replay: &format!("cargo nextest run -p weir-kafka --test cluster_zombies {name}"),
-    }
-    .run(|trial| kafka_job(name, trial));
+    let binary = Path::new(env!("CARGO_BIN_EXE_weir-kafka-count"));
+    ClusterZombieSweep::new("weir-kafka", name, binary, stale, sample)
+        .run(|trial| kafka_job(name, trial));
 }
 
 #[test]

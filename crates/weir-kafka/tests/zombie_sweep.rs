@@ -190,13 +190,7 @@ fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
         failures.len()
     );
     crash_points::print_reasons(outcomes.iter().filter_map(|o| o.reason.as_deref()));
-    assert!(
-        failures.is_empty(),
-        "{name}: {} of {} stop points broke exactly-once:\n{}",
-        failures.len(),
-        stops.len(),
-        failures.join("\n")
-    );
+    crash_points::assert_no_violations(name, stops.len(), &failures);
 }
 
 #[test]

@@ -79,15 +79,9 @@ fn pg_job(name: &str, trial: &str) -> TrialJob {
 }
 
 fn sweep(name: &str, stale: Stale, sample: usize) {
-    ClusterZombieSweep {
-        name,
-        binary: Path::new(env!("CARGO_BIN_EXE_weir-pg-count")),
-        stale,
-        taskmanagers: 3,
-        sample,
-        replay: &format!("cargo nextest run -p weir-postgres --test cluster_zombies {name}"),
-    }
-    .run(|trial| pg_job(name, trial));
+    let binary = Path::new(env!("CARGO_BIN_EXE_weir-pg-count"));
+    ClusterZombieSweep::new("weir-postgres", name, binary, stale, sample)
+        .run(|trial| pg_job(name, trial));
 }
 
 #[test]

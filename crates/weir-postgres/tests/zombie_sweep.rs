@@ -226,13 +226,7 @@ fn sweep(name: &str, stops: Vec<StopAt>, s3: Option<&str>) {
         "  {} zombies were refused a statement by PostgreSQL (the fence row, or their stalled session ended)",
         outcomes.iter().filter(|o| o.refused_by_database).count()
     );
-    assert!(
-        failures.is_empty(),
-        "{name}: {} of {} stop points broke exactly-once:\n{}",
-        failures.len(),
-        stops.len(),
-        failures.join("\n")
-    );
+    crash_points::assert_no_violations(name, stops.len(), &failures);
 }
 
 #[test]

@@ -90,7 +90,7 @@ pub struct ClusterZombieSweep<'a> {
     /// Points tried unless `WEIR_CRASH_SWEEP` says otherwise.
     pub sample: usize,
     /// How to run this sweep alone (`cargo nextest run -p … --test … <name>`), for replays.
-    pub replay: &'a str,
+    pub replay: String,
 }
 
 /// What one trial saw.
@@ -102,7 +102,26 @@ struct Outcome {
     reason: Option<String>,
 }
 
-impl ClusterZombieSweep<'_> {
+impl<'a> ClusterZombieSweep<'a> {
+    /// Sweep `name` — a test of the same name in test target `cluster_zombies` of `package` —
+    /// of `binary` on three TaskManagers, `sample` points of `stale`.
+    pub fn new(
+        package: &str,
+        name: &'a str,
+        binary: &'a Path,
+        stale: Stale,
+        sample: usize,
+    ) -> Self {
+        Self {
+            name,
+            binary,
+            stale,
+            taskmanagers: 3,
+            sample,
+            replay: format!("cargo nextest run -p {package} --test cluster_zombies {name}"),
+        }
+    }
+
     /// Runs the sweep over trials made by `job` (given a label for the trial) and panics with
     /// every violation; prints its figures and why the stale processes ended.
     pub fn run(&self, job: impl Fn(&str) -> TrialJob + Sync) {
@@ -131,14 +150,7 @@ impl ClusterZombieSweep<'_> {
             failures.len()
         );
         crash_points::print_reasons(outcomes.iter().filter_map(|o| o.reason.as_deref()));
-        assert!(
-            failures.is_empty(),
-            "{}: {} of {} stop points broke exactly-once:\n{}",
-            self.name,
-            failures.len(),
-            points.len(),
-            failures.join("\n")
-        );
+        crash_points::assert_no_violations(self.name, points.len(), &failures);
     }
 
     /// The first cluster, with the stale process set up to stop at `point` (only to count,

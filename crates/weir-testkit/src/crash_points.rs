@@ -259,6 +259,16 @@ pub fn print_reasons<'a>(reasons: impl Iterator<Item = &'a str>) {
     }
 }
 
+/// Fails the sweep `name` with every violation found, if any, out of `tried` points.
+pub fn assert_no_violations(name: &str, tried: usize, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {tried} stop points broke exactly-once:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// A scratch directory's absolute path (the injector matches absolute prefixes).
 pub fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
