@@ -71,7 +71,10 @@ sweep() {
 # shellcheck source=lib/stop-services.sh
 . scripts/lib/stop-services.sh
 trap stop_started_services EXIT
-eval "$(scripts/s3-server.sh start)"
+# Each start's exports go through a variable: a failed start stops the script here (an
+# `eval "$(…)"` would hide it).
+exports=$(scripts/s3-server.sh start)
+eval "$exports"
 if [ $sweep_here = 1 ]; then
     started=$(date +%s)
     echo "==> crash-point and zombie sweeps of the census job ($sample points per scenario)"
@@ -79,8 +82,10 @@ if [ $sweep_here = 1 ]; then
     echo "==> done in $(( $(date +%s) - started )) s"
     started=$(date +%s)
     echo "==> zombie sweeps into PostgreSQL and Kafka ($sample points)"
-    eval "$(scripts/postgres.sh start)"
-    eval "$(scripts/kafka-broker.sh start)"
+    exports=$(scripts/postgres.sh start)
+    eval "$exports"
+    exports=$(scripts/kafka-broker.sh start)
+    eval "$exports"
     log="$(mktemp)"
     set +e
     WEIR_CRASH_SWEEP="$sample" cargo nextest run --locked --profile sweep -p weir-postgres \

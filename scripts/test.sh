@@ -103,12 +103,17 @@ if ! wait "$sasl_build_pid"; then
     exit 1
 fi
 cat "$sasl_build_log"
+# Each start's exports go through a variable: a failed start stops the run here (an
+# `eval "$(…)"` would hide it).
 log "starting the Kafka-protocol brokers (127.0.0.1 only)"
-eval "$(scripts/kafka-broker.sh start)"
+exports=$(scripts/kafka-broker.sh start)
+eval "$exports"
 log "starting the PostgreSQL servers (127.0.0.1 only)"
-eval "$(scripts/postgres.sh start)"
+exports=$(scripts/postgres.sh start)
+eval "$exports"
 log "starting the S3-compatible server for the object-storage checkpoint tests (127.0.0.1 only)"
-eval "$(scripts/s3-server.sh start)"
+exports=$(scripts/s3-server.sh start)
+eval "$exports"
 log "documentation tests"
 cargo test --workspace --locked --doc
 log "tests (nextest: every test in its own process, hung tests killed)"

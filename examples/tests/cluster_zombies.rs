@@ -8,7 +8,8 @@
 //! - `stale_taskmanager_files`: `tm-1`, at its N-th durable file operation under the job's
 //!   directory (the file sink's staging and commits).
 //!
-//! Each prints `cluster zombie sweep <name>: …`; `scripts/crash-sweep.sh` runs them in full.
+//! Each prints `cluster zombie sweep <name>: …`; `scripts/crash-sweep.sh` runs every
+//! point (`WEIR_CRASH_SWEEP=full`).
 
 use std::path::Path;
 

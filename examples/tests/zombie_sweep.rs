@@ -135,7 +135,7 @@ impl Sweep {
         let mut command = self.census(&work).command(false, 2, &extra);
         if self.stops == Stops::StorageWrites {
             let stops = StorageStops::to_test_server(None);
-            command.env("AWS_ENDPOINT", &stops.endpoint);
+            stops.route(&mut command);
             let output = command.output().expect("cannot start the counting run");
             assert!(
                 output.status.success(),
@@ -178,7 +178,7 @@ impl Sweep {
             }
             Stops::StorageWrites => {
                 let stops = StorageStops::to_test_server(Some(point));
-                zombie.env("AWS_ENDPOINT", &stops.endpoint);
+                stops.route(&mut zombie);
                 Some(stops)
             }
         };

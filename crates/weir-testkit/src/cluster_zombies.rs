@@ -129,6 +129,11 @@ impl<'a> ClusterZombieSweep<'a> {
             Stale::TaskManagerFlag { points, .. } => points,
             _ => self.count(&job("count")),
         };
+        assert!(
+            total > 0,
+            "{}: the counting run made no operation of the kind swept",
+            self.name
+        );
         let seed = crate::seeds(1)[0];
         let points = crash_points::points(1..=total, self.sample, seed);
         let (outcomes, failures) = crash_points::run_trials(
@@ -151,6 +156,11 @@ impl<'a> ClusterZombieSweep<'a> {
         );
         crash_points::print_reasons(outcomes.iter().filter_map(|o| o.reason.as_deref()));
         crash_points::assert_no_violations(self.name, points.len(), &failures);
+        assert!(
+            outcomes.iter().any(|o| !o.finished_first),
+            "{}: no trial reached its stop point: nothing was swept",
+            self.name
+        );
     }
 
     /// The first cluster, with the stale process set up to stop at `point` (only to count,
@@ -160,7 +170,7 @@ impl<'a> ClusterZombieSweep<'a> {
         job: &TrialJob,
         point: Option<u64>,
         file_log: Option<PathBuf>,
-    ) -> (LocalCluster, Option<StorageStops>) {
+    ) -> (LocalCluster, Option<std::sync::Arc<StorageStops>>) {
         let args: Vec<&str> = job.args.iter().map(String::as_str).collect();
         let mut cluster = LocalCluster::new(self.binary, &args, &job.dir.join("logs-first"));
         // Processes that lost their JobManager give up soon, so that a trial does not wait
@@ -176,11 +186,9 @@ impl<'a> ClusterZombieSweep<'a> {
         let role = self.stale.role();
         let stops = match self.stale {
             Stale::JobManagerStorage | Stale::TaskManagerStorage => {
-                let stops = StorageStops::to_test_server(point);
-                let endpoint = stops.endpoint.clone();
-                cluster.prepare(role, move |command| {
-                    command.env("AWS_ENDPOINT", &endpoint);
-                });
+                let stops = std::sync::Arc::new(StorageStops::to_test_server(point));
+                let proxy = stops.clone();
+                cluster.prepare(role, move |command| proxy.route(command));
                 Some(stops)
             }
             Stale::TaskManagerFiles => {
@@ -194,9 +202,6 @@ impl<'a> ClusterZombieSweep<'a> {
                 if let Some(n) = point {
                     cluster.prepare(role, move |command| {
                         command.args([flag, &n.to_string()]);
-                        // A group of its own: job control meant for the test must not
-                        // continue it.
-                        std::os::unix::process::CommandExt::process_group(command, 0);
                     });
                 }
                 None
@@ -225,7 +230,12 @@ impl<'a> ClusterZombieSweep<'a> {
         );
         cluster.wait_taskmanagers(HANG);
         match stops {
-            Some(stops) => stops.requests().len() as u64,
+            Some(stops) => {
+                if let Some(problem) = stops.problem() {
+                    panic!("the storage stop proxy could not follow the requests: {problem}");
+                }
+                stops.requests().len() as u64
+            }
             None => crash_points::read_log(&log).len() as u64,
         }
     }
@@ -259,7 +269,7 @@ impl<'a> ClusterZombieSweep<'a> {
     fn trial(&self, job: &TrialJob, point: u64) -> Result<Outcome, String> {
         let (mut first, stops) = self.first_cluster(job, Some(point), None);
         let mut outcome = Outcome::default();
-        if !self.reached(&mut first, stops.as_ref()) {
+        if !self.reached(&mut first, stops.as_deref()) {
             // Nothing stopped: the run must end by itself and exactly.
             let (status, out) = first.wait_jobmanager(HANG);
             if !status.success() {
@@ -321,17 +331,19 @@ impl<'a> ClusterZombieSweep<'a> {
         })?;
         // Whatever the stale process did, the job is not stranded: a resume finds it
         // finished.
-        let last = Command::new(self.binary)
+        let mut last = Command::new(self.binary)
             .args(&job.args)
             .arg("--resume")
             .env("RUST_LOG", "weir=warn")
-            .output()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .map_err(|e| e.to_string())?;
-        if !last.status.success() {
+        let (status, said) = crate::wait_with_stderr(&mut last, HANG, "the last --resume");
+        if !status.success() {
             return Err(format!(
-                "a resume after the stale process failed: {}{}",
-                String::from_utf8_lossy(&last.stdout),
-                String::from_utf8_lossy(&last.stderr)
+                "a resume after the stale process failed ({status}): {}",
+                tail(&said)
             ));
         }
         (job.check)("after a last --resume")?;

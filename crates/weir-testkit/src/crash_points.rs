@@ -210,7 +210,11 @@ where
                 let Some(&point) = points.get(i) else {
                     return;
                 };
-                let result = trial(point);
+                // A trial that panics is a violation like any other, reported with its
+                // point (and so its replay line), not a lost thread.
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| trial(point)))
+                        .unwrap_or_else(|panic| Err(panic_message(panic.as_ref())));
                 match result {
                     Ok(outcome) => outcomes
                         .lock()
@@ -232,6 +236,16 @@ where
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     )
+}
+
+/// The message of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(a panic without a message)");
+    format!("the trial panicked: {text}")
 }
 
 /// Why a process ended, from its messages: its last `error:` line, cut before the first path,

@@ -3,16 +3,24 @@
 //! requests that change storage (`PUT`, `POST`, `DELETE`) and, right before forwarding the
 //! N-th, stops the process (SIGSTOP) and holds that request until the test releases it. The
 //! request reaches storage only after the process was stalled for as long as the test
-//! chose — exactly what a process paused between deciding to write and the write landing
-//! does. A counting run (no stop) lists the requests a run makes.
+//! chose, as when a process pauses between deciding to write and the write landing. A
+//! counting run (no stop) lists the requests a run makes. Dropped, the proxy forwards no held
+//! request: it cuts its connection.
 //!
-//! Point a process at the proxy with `AWS_ENDPOINT` (object_store's S3 client reads it).
+//! Point a process at the proxy with `AWS_ENDPOINT` (object_store's S3 client reads it), and
+//! give it a request timeout longer than the stall ([`PROCESS_ENVIRONMENT`]): otherwise its
+//! client gives up on the held request when it continues, whether or not the write landed.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Environment for the process behind the proxy besides `AWS_ENDPOINT`: a request timeout of
+/// an hour (object_store's default of 30 s would expire while the process is stopped, and the
+/// woken process would see its held write time out instead of its answer).
+pub const PROCESS_ENVIRONMENT: &[(&str, &str)] = &[("AWS_TIMEOUT", "1h")];
 
 /// One request that changes storage, as the proxy counted it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +132,9 @@ struct Shared {
     released: Mutex<bool>,
     release: Condvar,
     closed: AtomicBool,
+    /// What the proxy could not parse (it then forwarded the rest of that connection
+    /// uncounted, so the counts are off).
+    problem: Mutex<Option<String>>,
 }
 
 /// A running proxy for one process; it stops accepting (and releases a held request) when
@@ -181,6 +192,22 @@ impl StorageStops {
         Self::start(&target, stop_at)
     }
 
+    /// Sets `command` up to go through this proxy (`AWS_ENDPOINT` and
+    /// [`PROCESS_ENVIRONMENT`]).
+    pub fn route(&self, command: &mut std::process::Command) {
+        command.env("AWS_ENDPOINT", &self.endpoint);
+        command.envs(PROCESS_ENVIRONMENT.iter().copied());
+    }
+
+    /// What the proxy could not parse, if anything: its counts are then off.
+    pub fn problem(&self) -> Option<String> {
+        self.shared
+            .problem
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Stops process `pid` at the point (set right after starting it: a process makes no
     /// request before it has run a while, and a request that comes first waits for this).
     pub fn watch(&self, pid: u32) {
@@ -232,6 +259,7 @@ impl StorageStops {
 
 impl Drop for StorageStops {
     fn drop(&mut self) {
+        // Closed first: a held request wakes to find it must not be forwarded.
         self.shared.closed.store(true, Ordering::SeqCst);
         self.release();
         let _ = TcpStream::connect(self.address);
@@ -255,8 +283,11 @@ fn proxy_connection(client: TcpStream, server: TcpStream, shared: &Shared) {
         loop {
             match complete_request(&buffer) {
                 Ok(Some(request)) => {
-                    if changes_storage(&request.method) {
-                        hold_if_at_point(shared, &request);
+                    if changes_storage(&request.method) && !hold_if_at_point(shared, &request) {
+                        // The proxy was dropped while it held this request: it never lands.
+                        let _ = to_server.shutdown(Shutdown::Both);
+                        let _ = from_client.shutdown(Shutdown::Both);
+                        break 'connection;
                     }
                     if to_server.write_all(&buffer[..request.len]).is_err() {
                         break 'connection;
@@ -266,6 +297,10 @@ fn proxy_connection(client: TcpStream, server: TcpStream, shared: &Shared) {
                 Ok(None) => break,
                 Err(problem) => {
                     eprintln!("storage stop proxy: {problem}; forwarding the rest uncounted");
+                    *shared
+                        .problem
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(problem);
                     let _ = to_server.write_all(&buffer);
                     let _ = std::io::copy(&mut from_client, &mut to_server);
                     break 'connection;
@@ -282,7 +317,8 @@ fn proxy_connection(client: TcpStream, server: TcpStream, shared: &Shared) {
 }
 
 /// Counts `request`; at the point, stops the watched process and waits for the release.
-fn hold_if_at_point(shared: &Shared, request: &CompleteRequest) {
+/// Whether to forward it (not when the proxy was dropped meanwhile).
+fn hold_if_at_point(shared: &Shared, request: &CompleteRequest) -> bool {
     let n = {
         let mut requests = shared
             .requests
@@ -297,7 +333,7 @@ fn hold_if_at_point(shared: &Shared, request: &CompleteRequest) {
         n
     };
     if shared.stop_at != Some(n) || shared.closed.load(Ordering::SeqCst) {
-        return;
+        return !shared.closed.load(Ordering::SeqCst);
     }
     let pid = loop {
         match shared.pid.load(Ordering::SeqCst) {
@@ -324,6 +360,7 @@ fn hold_if_at_point(shared: &Shared, request: &CompleteRequest) {
             .wait(released)
             .unwrap_or_else(PoisonError::into_inner);
     }
+    !shared.closed.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]
@@ -398,16 +435,57 @@ mod tests {
         (format!("http://{address}"), seen)
     }
 
+    /// A child that merely sleeps stands in for the process to stop; killed when dropped.
+    struct Sleeper(std::process::Child);
+
+    impl Sleeper {
+        fn start() -> Self {
+            Self(
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .spawn()
+                    .unwrap(),
+            )
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            crate::crash_points::resume(&self.0);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn a_dropped_proxy_forwards_no_held_request() {
+        let (server, seen) = answering_server();
+        let stops = StorageStops::start(&server, Some(1));
+        let mut sleeper = Sleeper::start();
+        stops.watch(sleeper.0.id());
+        let mut client = TcpStream::connect(stops.endpoint.trim_start_matches("http://")).unwrap();
+        client
+            .write_all(b"PUT /b/1 HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+        assert!(stops.wait_stopped(Duration::from_secs(10), || false));
+        assert!(crate::crash_points::wait_stopped(
+            &mut sleeper.0,
+            Duration::from_secs(10)
+        ));
+        drop(stops);
+        // The connection is cut, and nothing reached the server.
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest);
+        assert!(rest.is_empty());
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
     #[test]
     fn the_proxy_holds_the_chosen_write_until_released() {
         let (server, seen) = answering_server();
         let stops = StorageStops::start(&server, Some(2));
-        // A child that merely sleeps stands in for the process to stop.
-        let mut sleeper = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        stops.watch(sleeper.id());
+        let mut sleeper = Sleeper::start();
+        stops.watch(sleeper.0.id());
         let address = stops.endpoint.trim_start_matches("http://").to_string();
         let mut client = TcpStream::connect(&address).unwrap();
         client
@@ -420,7 +498,7 @@ mod tests {
             .unwrap();
         assert!(stops.wait_stopped(Duration::from_secs(10), || false));
         assert!(crate::crash_points::wait_stopped(
-            &mut sleeper,
+            &mut sleeper.0,
             Duration::from_secs(10)
         ));
         let await_seen = |n: usize| {
@@ -432,7 +510,7 @@ mod tests {
         await_seen(2);
         assert_eq!(*seen.lock().unwrap(), ["GET", "PUT"], "the DELETE is held");
         stops.release();
-        crate::crash_points::resume(&sleeper);
+        crate::crash_points::resume(&sleeper.0);
         await_seen(4);
         assert_eq!(*seen.lock().unwrap(), ["GET", "PUT", "DELETE", "PUT"]);
         let counted: Vec<(u64, String, String)> = stops
@@ -448,7 +526,6 @@ mod tests {
                 (3, "PUT".into(), "/b/3".into())
             ]
         );
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
+        assert_eq!(stops.problem(), None);
     }
 }
