@@ -28,6 +28,27 @@ pub fn exit_code<E: Into<Box<dyn Error + Send + Sync>>>(result: Result<(), E>) -
     }
 }
 
+/// Sets up logging for a command-line program, so that what a user must see is printed
+/// without a setup of their own: events at WARN and above — a refusal's context, a recovery
+/// that fell back, a checkpoint that failed — go to standard error, unless `RUST_LOG` asks for
+/// more or less (`RUST_LOG=weir=info` shows every checkpoint, `RUST_LOG=off` nothing). Does
+/// nothing if the program installed a subscriber already.
+///
+/// ```
+/// // First thing in a job binary's `main` (or `run`):
+/// weir::cli::init_logging();
+/// tracing::warn!("printed to standard error");
+/// weir::cli::init_logging(); // a second call changes nothing
+/// ```
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// An error and its causes on one line (`a: b: c`), each cause once: a cause whose text is
 /// already in the line is left out. Errors that say their cause in their own message (as
 /// Weir's do) and also return it as their `source` would otherwise print it twice.

@@ -35,6 +35,7 @@ struct Args {
 }
 
 fn run() -> Result<()> {
+    weir::cli::init_logging();
     let args = Args::parse();
     let mut options = ClicksOptions::new(args.data.clone(), &args.work_dir);
     options.parallelism = args.parallelism;

@@ -109,11 +109,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    weir::cli::init_logging();
     let args = Args::parse();
     if args.pages == 0 {
         bail!("--pages must be at least 1");

@@ -46,13 +46,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "weir=warn,weir_kafka=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    weir::cli::init_logging();
     let args = Args::parse();
     let run_id = std::process::id();
     let input = format!("bench-words-{run_id}");

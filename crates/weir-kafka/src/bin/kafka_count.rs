@@ -87,13 +87,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "weir=warn,weir_kafka=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    weir::cli::init_logging();
     let args = Args::parse();
     let checkpoints = args.work_dir.join("checkpoints");
     let local_recovery = args.work_dir.join("local-recovery");

@@ -68,13 +68,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "weir=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    weir::cli::init_logging();
     let args = Args::parse();
     std::panic::set_hook(Box::new(|info| eprintln!("large-state: {info}")));
     let mut options = LargeStateOptions::new(&args.work_dir);

@@ -293,7 +293,9 @@ impl Configuration {
             .transpose()
     }
 
-    /// `key` as one of its option's names, in the option's spelling, if set.
+    /// `key` as one of its option's names, in the option's spelling, if set. A value is
+    /// matched as Flink matches enum options — in any case — and with `-` for `_`, so that
+    /// `allow-duplicates`, as messages write it, names `ALLOW_DUPLICATES`.
     pub fn enumeration(&self, key: &str) -> Result<Option<&'static str>, ConfigurationError> {
         let Some(value) = self.values.get(key) else {
             return Ok(None);
@@ -304,16 +306,31 @@ impl Configuration {
         };
         names
             .iter()
-            .find(|n| n.eq_ignore_ascii_case(value.value.trim()))
+            .find(|n| names_the_same(n, value.value.trim()))
             .copied()
             .map(Some)
-            .ok_or_else(|| self.invalid(key, format!("one of {}", names.join(", "))))
+            .ok_or_else(|| {
+                self.invalid(
+                    key,
+                    format!("one of {} (in any case, `-` for `_`)", names.join(", ")),
+                )
+            })
     }
 
     /// `key` as text, if set.
     pub fn text(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(|v| v.value.as_str())
     }
+}
+
+/// Whether `given` names the enum constant `name`: equal ignoring ASCII case, with `-` or `_`
+/// for each `_`.
+fn names_the_same(name: &str, given: &str) -> bool {
+    name.len() == given.len()
+        && name
+            .bytes()
+            .zip(given.bytes())
+            .all(|(n, g)| n.eq_ignore_ascii_case(&g) || (n == b'_' && g == b'-'))
 }
 
 fn split_assignment(text: &str) -> Option<(String, String)> {
@@ -409,5 +426,37 @@ mod tests {
         assert!(missing
             .to_string()
             .starts_with("cannot read the configuration file `/nonexistent/weir.yaml`"));
+    }
+
+    #[test]
+    fn enum_values_parse_in_any_case_and_with_hyphens_as_messages_write_them() {
+        for given in ["allow-duplicates", "ALLOW_DUPLICATES", "Allow_Duplicates"] {
+            let mut c = Configuration::new();
+            c.set_dynamic(&format!("recovery.fallback-on-corrupt-checkpoint={given}"))
+                .unwrap();
+            assert_eq!(
+                c.enumeration("recovery.fallback-on-corrupt-checkpoint")
+                    .unwrap(),
+                Some("ALLOW_DUPLICATES"),
+                "{given}"
+            );
+            c.validate().unwrap();
+        }
+        let mut c = Configuration::new();
+        c.set_dynamic("execution.checkpointing.mode=at-least-once")
+            .unwrap();
+        assert_eq!(
+            c.enumeration("execution.checkpointing.mode").unwrap(),
+            Some("AT_LEAST_ONCE")
+        );
+        for wrong in ["allow_duplicate", "allow duplicates", "allow--duplicates"] {
+            let mut c = Configuration::new();
+            c.set_dynamic(&format!("recovery.fallback-on-corrupt-checkpoint={wrong}"))
+                .unwrap();
+            assert!(c.validate().is_err(), "{wrong}");
+        }
+        assert!(names_the_same("EXACTLY_ONCE", "exactly-once"));
+        assert!(!names_the_same("EXACTLY_ONCE", "exactly_onc"));
+        assert!(!names_the_same("EXACTLY-ONCE", "exactly_once"));
     }
 }

@@ -22,8 +22,7 @@ pub enum TtlUpdateType {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir::prelude::*;
-/// use weir::state::ttl::{StateTtlConfig, TtlUpdateType};
+/// use weir::prelude::*; // StateTtlConfig and TtlUpdateType included
 ///
 /// /// Counts a user's clicks, forgetting users idle for an hour.
 /// #[derive(Clone)]
