@@ -58,7 +58,7 @@ pub use crate::record::{Key, Record};
 pub use crate::runtime::job_result::{JobExecutionResult, JobStatus};
 pub use crate::runtime::mini_cluster::JobClient;
 pub use crate::runtime::output::Collector;
-pub use crate::state::ttl::{StateTtlConfig, TtlClock, TtlUpdateType};
+pub use crate::state::ttl::{StateTtlConfig, TtlUpdateType};
 pub use crate::state::{AggregatingState, ListState, MapState, ReducingState, ValueState};
 pub use crate::time::{
     TimeDomain, TimerService, Watermark, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,

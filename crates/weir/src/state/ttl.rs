@@ -8,6 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What refreshes an entry's time to live.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+///
+/// // A session's state lives while the session is read or written: reads refresh it too.
+/// let ttl = StateTtlConfig::new(Duration::from_secs(1_800))
+///     .with_update_type(TtlUpdateType::OnReadAndWrite);
+/// let sessions: ValueState<u64> = ValueState::new("session").with_ttl(ttl);
+/// # let _ = sessions;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TtlUpdateType {
     /// Creating and writing the entry (Flink's default).
