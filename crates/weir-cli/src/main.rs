@@ -47,6 +47,11 @@ enum Command {
         /// taskmanager` join it.
         #[arg(long)]
         jobmanager: bool,
+        /// Continue the job from its newest restore point (the latest retained checkpoint, or
+        /// the savepoint it was stopped with) instead of starting it from empty state:
+        /// `-D execution.start-mode=resume`.
+        #[arg(long)]
+        resume: bool,
         /// A configuration file for the job (`weir.yaml`).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -149,6 +154,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Run {
             detached,
             jobmanager,
+            resume,
             config,
             dynamic,
             binary,
@@ -160,6 +166,7 @@ fn run(cli: Cli) -> Result<i32> {
                 dynamic,
                 config: config.as_deref(),
                 jobmanager: *jobmanager,
+                resume: *resume,
                 detached: *detached,
                 token: cli.token.clone(),
             })

@@ -10,6 +10,13 @@ pub fn duration_ms(ms: u64) -> String {
     }
 }
 
+/// Milliseconds since the Unix epoch as an ISO 8601 time in UTC, to the millisecond
+/// (`2026-12-08T00:30:25.123Z`).
+pub fn iso_time(unix_millis: u64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_millis);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
 /// Bytes as `512 B`, `3.2 KiB`, `1.5 MiB` or `2.00 GiB`.
 pub fn bytes(n: u64) -> String {
     match n {
@@ -61,6 +68,12 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_as_iso_8601_in_utc() {
+        assert_eq!(iso_time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_time(1_796_689_825_123), "2026-12-08T00:30:25.123Z");
+    }
 
     #[test]
     fn figures_read_well() {

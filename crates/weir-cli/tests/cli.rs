@@ -44,13 +44,18 @@ fn fails(args: &[&str]) -> String {
     err
 }
 
-/// The example job, built by `cargo test` beside this test.
-fn counting_job() -> PathBuf {
+/// An example job of this crate, built by `cargo test` beside this test.
+fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().and_then(Path::parent).unwrap();
-    let job = profile.join("examples").join("counting_job");
+    let job = profile.join("examples").join(name);
     assert!(job.exists(), "{} is built with the tests", job.display());
     job
+}
+
+/// The example job that follows the job template.
+fn counting_job() -> PathBuf {
+    example("counting_job")
 }
 
 /// A job started with `weir run --detached`, killed when the test ends if still running.
@@ -70,6 +75,10 @@ impl Drop for Detached {
 }
 
 fn detached(work: &Path, rate: &str) -> Detached {
+    detached_with(work, "10000000", rate)
+}
+
+fn detached_with(work: &Path, records: &str, rate: &str) -> Detached {
     let job = counting_job();
     let out = ok(&[
         "run",
@@ -78,7 +87,7 @@ fn detached(work: &Path, rate: &str) -> Detached {
         "--work-dir",
         work.to_str().unwrap(),
         "--records",
-        "10000000",
+        records,
         "--rate",
         rate,
     ]);
@@ -468,4 +477,96 @@ fn a_second_fresh_run_is_refused_until_weir_reset_starts_the_job_over() {
     );
     let err = fails(&["reset", &format!("{job_dir}-missing")]);
     assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn weir_run_explains_what_a_binary_without_the_job_template_lacks() {
+    let job = example("job_without_cluster_args");
+    // Run directly, it is an ordinary job.
+    let direct = Command::new(&job).output().unwrap();
+    assert!(direct.status.success(), "{:?}", text(&direct));
+    // Under `weir run`, whose settings it would ignore, it refuses and says what it lacks.
+    let output = weir(&["run", "-D", "parallelism.default=2", job.to_str().unwrap()]);
+    let (out, err) = text(&output);
+    assert!(!output.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("started by `weir run`")
+            && err.contains("does not apply them")
+            && err.contains("flatten `weir_cluster::ClusterArgs`")
+            && err.contains("weir_cluster::apply(&args.cluster, &env)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the job binary exited before it served its REST endpoint"),
+        "{err}"
+    );
+}
+
+/// A run with `--resume` continues from the savepoint a stop took, and says so; resuming the
+/// finished job again does nothing, and says why.
+#[test]
+fn weir_run_resume_continues_from_the_savepoint_and_says_where_it_started() {
+    let work = tempfile::tempdir().unwrap();
+    let records = 20_000;
+    let expected: Vec<String> = {
+        let mut lines: Vec<String> = (0..records)
+            .map(|i| format!("{},{}", i % 10, i / 10 + 1))
+            .collect();
+        lines.sort();
+        lines
+    };
+    // At 200 records per second the input lasts 100 s: the stop comes long before.
+    let job = detached_with(work.path(), &records.to_string(), "200");
+    let url = job.url.as_str();
+    await_output(
+        &["--url", url, "checkpoints", "counting"],
+        "a checkpoint",
+        |o| o.contains("COMPLETED"),
+    );
+    let out = ok(&["--url", url, "stop", "--savepoint", "counting"]);
+    let savepoint = out
+        .split("stopped with savepoint ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .trim()
+        .to_string();
+    assert!(out.contains("weir run --resume"), "{out}");
+    assert!(
+        Path::new(&savepoint).is_absolute(),
+        "an absolute path: {savepoint}"
+    );
+    let resumed = |what: &str| {
+        let output = weir(&[
+            "run",
+            "--resume",
+            counting_job().to_str().unwrap(),
+            "--work-dir",
+            work.path().to_str().unwrap(),
+            "--records",
+            &records.to_string(),
+            "--rate",
+            "1000000",
+        ]);
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "{what}: {out}\n{err}");
+        out
+    };
+    let out = resumed("the resumed run");
+    assert!(
+        out.contains("Resumed from restore point") && out.contains(&format!("(`{savepoint}`)")),
+        "the result says where the job started: {out}"
+    );
+    assert_eq!(
+        committed_lines(work.path()),
+        expected,
+        "every count exactly once"
+    );
+    let out = resumed("resuming the finished job");
+    assert!(out.contains("Nothing to do: "), "{out}");
+    assert!(
+        out.contains("already ran to the end of its input") && out.contains("weir reset"),
+        "{out}"
+    );
+    assert_eq!(committed_lines(work.path()), expected, "nothing twice");
 }

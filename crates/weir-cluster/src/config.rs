@@ -102,8 +102,15 @@ pub struct ClusterArgs {
     #[arg(long = "config", env = "WEIR_CONFIG_FILE", value_name = "FILE")]
     pub config_file: Option<std::path::PathBuf>,
     /// Sets a configuration key, over the file and the environment (Flink's `-D`):
-    /// `-D execution.checkpointing.interval=10s`.
-    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    /// `-D execution.checkpointing.interval=10s`. `weir run` passes its own `-D` settings in
+    /// `WEIR_DYNAMIC_PROPERTIES`, one per line.
+    #[arg(
+        short = 'D',
+        value_name = "KEY=VALUE",
+        env = "WEIR_DYNAMIC_PROPERTIES",
+        value_delimiter = '\n',
+        hide_env_values = true
+    )]
     pub dynamic: Vec<String>,
 }
 

@@ -9,7 +9,7 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A cluster-mode failure, naming the setting or the peer involved.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum ClusterError {
     /// The configuration (file, environment, `-D`) is invalid.
     #[error(transparent)]
@@ -90,5 +90,30 @@ impl From<ClusterError> for WeirError {
             ClusterError::Weir(e) => e,
             other => WeirError::Cluster(Box::new(other)),
         }
+    }
+}
+
+/// Its `Debug` form is its message, so that `fn main() -> Result<(), ClusterError>` prints what
+/// went wrong rather than the enum's fields.
+impl std::fmt::Debug for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fn main() -> Result<(), ClusterError>` prints `Error: ` and the `Debug` form.
+    #[test]
+    fn debug_prints_the_message() {
+        let error = ClusterError::InvalidSetting {
+            setting: "--slots",
+            value: "0".into(),
+            reason: "a TaskManager needs at least one slot".into(),
+        };
+        assert_eq!(format!("{error:?}"), error.to_string());
+        assert!(!format!("{error:?}").contains("InvalidSetting"));
     }
 }

@@ -3,7 +3,7 @@
 use std::io;
 
 /// What went wrong talking to Kafka.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum KafkaError {
     /// This process lost its job (a successor holds it): it sends and commits nothing more,
     /// and never re-sends a transaction it found aborted — the successor settles it.
@@ -139,5 +139,25 @@ impl KafkaError {
             action: action.into(),
             source,
         }
+    }
+}
+
+/// Its `Debug` form is its message, so that `fn main() -> Result<(), KafkaError>` prints what
+/// went wrong rather than the enum's fields.
+impl std::fmt::Debug for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    /// `fn main() -> Result<(), KafkaError>` prints `Error: ` and the `Debug` form.
+    #[test]
+    fn debug_prints_the_message() {
+        let error = KafkaError::Config("no bootstrap servers".into());
+        assert_eq!(format!("{error:?}"), error.to_string());
     }
 }

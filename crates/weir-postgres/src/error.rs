@@ -1,7 +1,7 @@
 //! Errors of the PostgreSQL sinks, each naming the server, table or row involved.
 
 /// What went wrong talking to PostgreSQL.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum PostgresError {
     /// A configuration value is missing or wrong.
     #[error("invalid PostgreSQL sink configuration: {0}")]
@@ -112,5 +112,25 @@ impl PostgresError {
             source,
             detail,
         }
+    }
+}
+
+/// Its `Debug` form is its message, so that `fn main() -> Result<(), PostgresError>` prints what
+/// went wrong rather than the enum's fields.
+impl std::fmt::Debug for PostgresError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    /// `fn main() -> Result<(), PostgresError>` prints `Error: ` and the `Debug` form.
+    #[test]
+    fn debug_prints_the_message() {
+        let error = PostgresError::Config("no connection URL".into());
+        assert_eq!(format!("{error:?}"), error.to_string());
     }
 }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// Why the REST endpoint could not start.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum RestError {
     /// The address is taken or not ours.
     #[error("cannot listen on {address} (`rest.bind-address`/`rest.port`): {source}")]
@@ -27,4 +27,12 @@ pub enum RestError {
     /// The server's thread or runtime could not start.
     #[error("cannot start the REST endpoint: {0}")]
     Start(String),
+}
+
+/// Its `Debug` form is its message, so that `fn main() -> Result<(), RestError>` prints what
+/// went wrong rather than the enum's fields.
+impl std::fmt::Debug for RestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }

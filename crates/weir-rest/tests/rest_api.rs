@@ -237,8 +237,32 @@ fn every_route_answers_in_flinks_shape_against_a_running_job() {
         404
     );
 
+    // Flink's savepoint options: a target directory is refused, naming it, and so is a
+    // field Flink does not have; nothing is triggered.
+    let (status, refused) = api.call(
+        "POST",
+        &format!("/jobs/{id}/savepoints"),
+        Some(serde_json::json!({"target-directory": "/elsewhere", "cancel-job": false})),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.contains("`target-directory` (`/elsewhere`) is not supported")
+            && refused.contains("state.checkpoints.dir"),
+        "{refused}"
+    );
+    let (status, refused) = api.call(
+        "POST",
+        &format!("/jobs/{id}/savepoints"),
+        Some(serde_json::json!({"cancel_job": true})),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.contains("unknown field `cancel_job`"), "{refused}");
     // A savepoint, asynchronously: a request id at once, its location once completed.
-    let (status, trigger) = api.call("POST", &format!("/jobs/{id}/savepoints"), None);
+    let (status, trigger) = api.call(
+        "POST",
+        &format!("/jobs/{id}/savepoints"),
+        Some(serde_json::json!({"target-directory": null, "cancel-job": false, "formatType": "CANONICAL"})),
+    );
     assert_eq!(status, 202, "{trigger}");
     let request: Value = serde_json::from_str(&trigger).unwrap();
     let request = request["request-id"].as_str().unwrap().to_string();
@@ -327,10 +351,12 @@ fn every_route_answers_in_flinks_shape_against_a_running_job() {
         409
     );
 
+    // Flink's cancel with savepoint: the job ends once the savepoint is complete, as a
+    // stop (its sinks commit the savepoint's output). `POST /stop` is the same without it.
     let (status, stop) = api.call(
         "POST",
-        &format!("/jobs/{id}/stop"),
-        Some(serde_json::json!({"drain": false})),
+        &format!("/jobs/{id}/savepoints"),
+        Some(serde_json::json!({"cancel-job": true})),
     );
     assert_eq!(status, 202, "{stop}");
     let stop: Value = serde_json::from_str(&stop).unwrap();

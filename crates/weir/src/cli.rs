@@ -3,6 +3,14 @@
 use std::error::Error;
 use std::process::ExitCode;
 
+/// Set by `weir run` in the environment of the job binary it starts. `weir run` hands the
+/// binary its settings (`--config`, `-D`, `--resume`, `--jobmanager` and the REST endpoint
+/// it follows the job through) as environment variables that `weir_cluster::ClusterArgs`
+/// reads (`WEIR_CONFIG_FILE`, `WEIR_DYNAMIC_PROPERTIES`, `WEIR_ROLE`), so a job that runs
+/// without applying them (`weir_cluster::apply`) is an error that says so instead of a job
+/// that silently ignores them.
+pub const STARTED_BY_WEIR_RUN: &str = "WEIR_STARTED_BY_WEIR_RUN";
+
 /// Ends a command-line program with `result`: on an error, prints it and its causes on one
 /// line to standard error (`error: job `x` failed: …: census-0.csv:5002, column age: …`) and
 /// exits with status 1. No backtrace, whatever `RUST_BACKTRACE` says: bad input is not a bug,

@@ -110,6 +110,14 @@ pub enum GraphError {
     /// The API was used in a way that cannot form a valid graph.
     #[error("invalid use of the DataStream API: {0}")]
     InvalidApiUse(String),
+    /// A source's settings cannot work (a rate limit that is not a positive number, …).
+    #[error("source `{source_name}`: {reason}")]
+    InvalidSource {
+        /// The source's name.
+        source_name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// `execute` was called a second time on the same environment.
     #[error(
         "the job `{job}` was already executed from this environment: an environment runs one \

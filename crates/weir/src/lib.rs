@@ -39,7 +39,7 @@ pub use config::{ExecutionConfig, NonRestoredState, RecordOriginTracing, Restore
 pub use error::{BoxError, WeirError};
 pub use graph::explain::ExecutionPlan;
 pub use record::{Key, Record};
-pub use runtime::job_result::{JobExecutionResult, JobStatus};
+pub use runtime::job_result::{JobExecutionResult, JobStart, JobStatus};
 pub use runtime::mini_cluster::JobClient;
 pub use runtime::output::Collector;
 pub use state::ttl::{StateTtlConfig, TtlUpdateType};

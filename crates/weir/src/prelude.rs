@@ -55,7 +55,7 @@ pub use crate::connectors::source::Source;
 pub use crate::error::{BoxError, WeirError};
 pub use crate::metrics::{Counter, Gauge, MetricGroup};
 pub use crate::record::{Key, Record};
-pub use crate::runtime::job_result::{JobExecutionResult, JobStatus};
+pub use crate::runtime::job_result::{JobExecutionResult, JobStart, JobStatus};
 pub use crate::runtime::mini_cluster::JobClient;
 pub use crate::runtime::output::Collector;
 pub use crate::state::ttl::{StateTtlConfig, TtlUpdateType};

@@ -448,3 +448,31 @@ fn a_last_csv_row_without_a_line_break_is_cut_and_malformed_too() {
     assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
     assert_eq!(result.operator("Source: rows").unwrap().records_skipped, 1);
 }
+
+#[test]
+fn a_rate_limit_that_is_not_positive_is_refused_when_the_job_is_built_naming_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "rows.csv", "id,name,score\n1,a,0.5\n");
+    for rate in [0.0, -5.0, f64::NAN] {
+        let env = env();
+        env.from_source(
+            GeneratorSource::new(10, |i| i).with_rate_limit(rate),
+            WatermarkStrategy::no_watermarks(),
+            "numbers",
+        )
+        .sink_to(DiscardingSink, "discard");
+        // Before anything runs: `explain` says it too.
+        let err = env.explain("numbers").unwrap_err().to_string();
+        assert!(
+            err.contains("source `numbers`: the rate limit must be a positive number")
+                && err.contains(&rate.to_string()),
+            "{err}"
+        );
+        assert!(!err.contains("user function"), "{err}");
+        let err = read_rows(FileSource::<Row>::csv(dir.path()).with_rate_limit(rate)).unwrap_err();
+        assert!(
+            matches!(&err, WeirError::Graph(GraphError::InvalidSource { source_name, .. }) if source_name == "rows"),
+            "{err}"
+        );
+    }
+}

@@ -133,7 +133,8 @@ fn run() -> Result<()> {
     // the job's lock (so never under a process that still holds the job, running or
     // stalled), records the reset, and then removes what the earlier runs wrote by the
     // epoch in its names — never by deleting the work directory.
-    if !args.resume && role.is_none() && env.config().restore.is_none() {
+    let resumes = args.resume || env.config().resume_from_latest_checkpoint;
+    if !resumes && role.is_none() && env.config().restore.is_none() {
         let outputs = [options.output.as_path(), dead_letters.as_path()];
         let reset = reset_job(&env.config().checkpoint, census::JOB_NAME, &outputs)
             .context("starting the census job over (--resume continues it instead)")?;

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use weir::checkpoint::inspect::{self, CheckpointSummary};
 
-use crate::output::{bytes, table};
+use crate::output::{bytes, iso_time, table};
 
 fn print_summary(summary: &CheckpointSummary) {
     let kind = if summary.savepoint {
@@ -18,12 +18,11 @@ fn print_summary(summary: &CheckpointSummary) {
         "{kind} {} of job `{}`",
         summary.checkpoint_id, summary.job_name
     );
-    println!("  location:  {}", summary.location.display());
+    let location =
+        std::path::absolute(&summary.location).unwrap_or_else(|_| summary.location.clone());
+    println!("  location:  {}", location.display());
     println!("  epoch:     {}", summary.epoch);
-    println!(
-        "  taken at:  {} ms since the Unix epoch",
-        summary.timestamp_millis
-    );
+    println!("  taken at:  {}", iso_time(summary.timestamp_millis));
     println!("  state:     {}", bytes(summary.state_size));
     println!();
     let rows: Vec<Vec<String>> = summary

@@ -7,7 +7,7 @@ use indicatif::ProgressBar;
 use serde_json::Value;
 
 use crate::client::RestClient;
-use crate::output::{bytes, duration_ms, table};
+use crate::output::{bytes, duration_ms, iso_time, table};
 
 /// `weir list`: every job, newest last.
 pub fn list(client: &RestClient) -> Result<()> {
@@ -24,6 +24,10 @@ pub fn list(client: &RestClient) -> Result<()> {
                 j["jid"].as_str().unwrap_or_default().to_string(),
                 j["name"].as_str().unwrap_or_default().to_string(),
                 j["state"].as_str().unwrap_or_default().to_string(),
+                j["start-time"]
+                    .as_u64()
+                    .map(iso_time)
+                    .unwrap_or_else(|| "-".into()),
                 duration_ms(j["duration"].as_u64().unwrap_or(0)),
                 format!(
                     "{}/{}",
@@ -36,7 +40,14 @@ pub fn list(client: &RestClient) -> Result<()> {
     print!(
         "{}",
         table(
-            &["JOB ID", "NAME", "STATE", "DURATION", "RUNNING TASKS"],
+            &[
+                "JOB ID",
+                "NAME",
+                "STATE",
+                "STARTED",
+                "DURATION",
+                "RUNNING TASKS"
+            ],
             &rows
         )
     );
@@ -97,6 +108,10 @@ fn checkpoint_row(c: &Value) -> Vec<String> {
         c["id"].to_string(),
         kind.to_string(),
         c["status"].as_str().unwrap_or_default().to_string(),
+        c["trigger_timestamp"]
+            .as_u64()
+            .map(iso_time)
+            .unwrap_or_else(|| "-".into()),
         c["end_to_end_duration"]
             .as_u64()
             .map(duration_ms)
@@ -136,6 +151,7 @@ pub fn checkpoints(client: &RestClient, job: &str) -> Result<()> {
                 "ID",
                 "KIND",
                 "STATUS",
+                "TRIGGERED",
                 "DURATION",
                 "STATE",
                 "ALIGNMENT",

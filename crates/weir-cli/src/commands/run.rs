@@ -27,6 +27,8 @@ pub struct RunOptions<'a> {
     pub config: Option<&'a Path>,
     /// Run it as a cluster's JobManager.
     pub jobmanager: bool,
+    /// Start from the job's newest restore point (`execution.start-mode=resume`).
+    pub resume: bool,
     /// Return once the job runs, leaving it running.
     pub detached: bool,
     /// The token its REST endpoint requires, if any.
@@ -35,15 +37,18 @@ pub struct RunOptions<'a> {
 
 const URL_LINE: &str = "Weir dashboard and REST API: ";
 
+/// The job binary's command: its own arguments as given, and `weir run`'s settings in the
+/// environment variables that `weir_cluster::ClusterArgs` reads. Passed as flags, they would
+/// make a binary without `ClusterArgs` fail on an unknown argument before it could say what
+/// it lacks; in the environment, such a binary reaches `execute`, which names it.
 fn command(options: &RunOptions<'_>) -> Command {
     let mut command = Command::new(options.binary);
     command.args(options.args);
+    command.env(weir::cli::STARTED_BY_WEIR_RUN, "1");
     if let Some(config) = options.config {
-        command.arg("--config").arg(config);
+        command.env("WEIR_CONFIG_FILE", config);
     }
-    for assignment in options.dynamic {
-        command.arg("-D").arg(assignment);
-    }
+    let mut dynamic: Vec<String> = options.dynamic.to_vec();
     // The endpoint on a free port unless told otherwise: its address is read back from the
     // line the job prints.
     if !options
@@ -51,10 +56,16 @@ fn command(options: &RunOptions<'_>) -> Command {
         .iter()
         .any(|d| d.trim_start().starts_with("rest.port"))
     {
-        command.arg("-D").arg("rest.port=0");
+        dynamic.push("rest.port=0".into());
     }
+    if options.resume {
+        dynamic.push("execution.start-mode=resume".into());
+    }
+    command.env("WEIR_DYNAMIC_PROPERTIES", dynamic.join("\n"));
     if options.jobmanager {
-        command.arg("--role").arg("jobmanager");
+        command.env("WEIR_ROLE", "jobmanager");
+    } else {
+        command.env_remove("WEIR_ROLE");
     }
     command
 }

@@ -85,5 +85,6 @@ pub fn stop(client: &RestClient, job: &str, drain: bool, timeout: Duration) -> R
         timeout,
     )?;
     println!("Job {id} stopped with savepoint {location}");
+    println!("Continue it with `weir run --resume` (its newest restore point), or restore this one with `-D execution.savepoint.path={location}`.");
     Ok(())
 }

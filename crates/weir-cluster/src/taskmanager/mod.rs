@@ -123,6 +123,9 @@ pub fn run_taskmanager(
         operators: Vec::new(),
         subtasks: Vec::new(),
         restarts: 0,
+        // Where the job started is the JobManager's to say.
+        start: weir::JobStart::Fresh,
+        recovery_notes: Vec::new(),
         restored_from: Vec::new(),
         checkpoints: Default::default(),
         savepoint: None,

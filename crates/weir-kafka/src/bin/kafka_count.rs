@@ -128,7 +128,8 @@ fn run() -> Result<()> {
     }
     let env = word_count::build(&options)?;
     weir_cluster::apply(&args.cluster, &env)?;
-    if !args.resume && args.cluster.role.is_none() && env.config().restore.is_none() {
+    let resumes = args.resume || env.config().resume_from_latest_checkpoint;
+    if !resumes && args.cluster.role.is_none() && env.config().restore.is_none() {
         // Starts over through a reset: never under a process that still holds the job.
         weir::checkpoint::reset::reset_job(&env.config().checkpoint, word_count::JOB_NAME, &[])
             .context("starting the job over (--resume continues it instead)")?;

@@ -253,6 +253,10 @@ impl<T: Record> Source for KafkaSource<T> {
     type Enumerator = KafkaSourceEnumerator<T>;
     type Reader = KafkaSourceReader<T>;
 
+    fn validate(&self) -> Result<(), String> {
+        weir::connectors::rate_limiter::check_rate(self.settings.rate_limit)
+    }
+
     fn boundedness(&self) -> Boundedness {
         if self.settings.bounded {
             Boundedness::Bounded

@@ -10,7 +10,8 @@ use super::jobs::find_job;
 use super::{ApiError, AppState};
 use crate::model::job::state_name;
 use crate::model::operation::{
-    AsynchronousOperationResult, OperationStatus, SavepointOutcome, StopRequest, TriggerResponse,
+    AsynchronousOperationResult, OperationStatus, SavepointOutcome, SavepointRequest, StopRequest,
+    TriggerResponse,
 };
 
 fn request_id(job: &str) -> String {
@@ -82,20 +83,55 @@ fn refuse_ended(dispatcher: &AppState, job_id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Reads a savepoint request's body: empty, or Flink's fields; anything else is a 400 that
+/// names the field.
+fn savepoint_request(body: &[u8]) -> Result<SavepointRequest, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(SavepointRequest::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the savepoint request's body: {e}")))
+}
+
 /// Takes a savepoint; poll `GET /jobs/{job_id}/savepoints/{request-id}` for its location.
-/// It is written to the job's checkpoint storage (`state.checkpoints.dir`).
+/// It is written to the job's checkpoint storage (`state.checkpoints.dir`); a
+/// `target-directory` is refused (400), and `cancel-job: true` stops the job with the
+/// savepoint (as `POST /jobs/{job_id}/stop`).
 #[utoipa::path(
     post,
     path = "/jobs/{job_id}/savepoints",
     params(("job_id" = String, Path, description = "The job id")),
-    responses((status = 202, body = TriggerResponse), (status = 404, body = crate::model::ErrorResponse), (status = 409, body = crate::model::ErrorResponse))
+    request_body(content = SavepointRequest, description = "Flink's savepoint options", content_type = "application/json"),
+    responses((status = 202, body = TriggerResponse), (status = 400, body = crate::model::ErrorResponse), (status = 404, body = crate::model::ErrorResponse), (status = 409, body = crate::model::ErrorResponse))
 )]
 pub(crate) async fn trigger_savepoint(
     State(dispatcher): State<AppState>,
     Path(job_id): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<TriggerResponse>), ApiError> {
+    let request = savepoint_request(&body)?;
     let client = find_job(&dispatcher, &job_id)?;
+    if let Some(target) = request.target_directory.filter(|t| !t.trim().is_empty()) {
+        return Err(ApiError::bad_request(format!(
+            "`target-directory` (`{target}`) is not supported: Weir writes savepoints into the \
+             job's checkpoint storage (`state.checkpoints.dir`), where the job's record keeps \
+             track of them; leave `target-directory` out, or start the job with that storage"
+        )));
+    }
     refuse_ended(&dispatcher, &job_id)?;
+    if request.cancel_job {
+        return Ok(start(
+            dispatcher,
+            job_id,
+            "savepoint with cancel-job",
+            move || {
+                client
+                    .request_stop(StopMode::NoDrain)
+                    .map(|s| s.path().display().to_string())
+                    .map_err(|e| e.to_string())
+            },
+        ));
+    }
     Ok(start(dispatcher, job_id, "savepoint", move || {
         client
             .trigger_savepoint()

@@ -21,6 +21,29 @@ pub struct StopRequest {
     pub drain: bool,
 }
 
+/// `POST /jobs/{id}/savepoints`'s body, as Flink's REST API takes it.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SavepointRequest {
+    /// Where to write the savepoint. Weir writes savepoints into the job's checkpoint
+    /// storage, where its job record keeps track of them, so any other directory is refused
+    /// (400) rather than ignored.
+    #[serde(rename = "target-directory", default)]
+    pub target_directory: Option<String>,
+    /// End the job once the savepoint is complete (Flink's cancel with savepoint): Weir
+    /// stops the job with the savepoint, as `POST /jobs/{id}/stop` does without draining, so
+    /// that its sinks commit the savepoint's output before it ends.
+    #[serde(rename = "cancel-job", default)]
+    pub cancel_job: bool,
+    /// Flink's savepoint format (`CANONICAL`, `NATIVE`); Weir has one format, which any of
+    /// its state backends restores, so the value changes nothing.
+    #[serde(rename = "formatType", default)]
+    pub format_type: Option<String>,
+    /// A client-chosen request id (Flink's `triggerId`); Weir chooses its own.
+    #[serde(rename = "triggerId", default)]
+    pub trigger_id: Option<String>,
+}
+
 /// An operation's state.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct OperationStatus {

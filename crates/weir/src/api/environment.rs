@@ -10,7 +10,7 @@ use crate::config::ExecutionConfig;
 use crate::connectors::collection::CollectionSource;
 use crate::connectors::generator::GeneratorSource;
 use crate::connectors::source::Source;
-use crate::error::{ConfigError, WeirError};
+use crate::error::{ConfigError, GraphError, WeirError};
 use crate::graph::explain::ExecutionPlan;
 use crate::graph::stream_graph::OperatorKind;
 use crate::record::Record;
@@ -43,6 +43,8 @@ pub struct StreamExecutionEnvironment {
     builder: Rc<RefCell<GraphBuilder>>,
     /// Where `execute` runs the job; `None`: the local mini-cluster.
     executor: RefCell<Option<Rc<dyn PipelineExecutor>>>,
+    /// Whether a configuration (`weir.yaml`, the environment, `-D`) was applied.
+    configured: std::cell::Cell<bool>,
 }
 
 impl StreamExecutionEnvironment {
@@ -52,6 +54,7 @@ impl StreamExecutionEnvironment {
         Ok(Self {
             builder: Rc::new(RefCell::new(GraphBuilder::new(config))),
             executor: RefCell::new(None),
+            configured: std::cell::Cell::new(false),
         })
     }
 
@@ -60,6 +63,7 @@ impl StreamExecutionEnvironment {
         Self {
             builder: Rc::new(RefCell::new(GraphBuilder::new(ExecutionConfig::default()))),
             executor: RefCell::new(None),
+            configured: std::cell::Cell::new(false),
         }
     }
 
@@ -85,7 +89,26 @@ impl StreamExecutionEnvironment {
         let mut config = self.config();
         configuration.apply(&mut config)?;
         self.builder.borrow_mut().config = config;
+        self.configured.set(true);
         Ok(())
+    }
+
+    /// Refuses to run a job whose binary `weir run` started without the binary applying the
+    /// settings `weir run` handed it: it would ignore `--config`, `-D` and `--resume`, and
+    /// serve no endpoint to follow it through.
+    fn refuse_unapplied_cli_settings(&self) -> Result<(), WeirError> {
+        if self.configured.get() || std::env::var_os(crate::cli::STARTED_BY_WEIR_RUN).is_none() {
+            return Ok(());
+        }
+        Err(WeirError::InvalidRequest(
+            "this job binary was started by `weir run`, which hands it its settings (`--config`, \
+             `-D`, `--resume`, `--jobmanager` and the REST endpoint `weir run` follows the job \
+             through) in the environment, but the binary does not apply them. Build it on the job \
+             template in weir's README: flatten `weir_cluster::ClusterArgs` into its arguments and \
+             call `weir_cluster::apply(&args.cluster, &env)` before `execute`; or run the binary \
+             directly, without `weir run`"
+                .into(),
+        ))
     }
 
     /// The job's configuration.
@@ -124,6 +147,12 @@ impl StreamExecutionEnvironment {
         watermark_strategy: WatermarkStrategy<S::Output>,
         name: &str,
     ) -> DataStream<S::Output> {
+        if let Err(reason) = source.validate() {
+            self.builder.borrow_mut().error(GraphError::InvalidSource {
+                source_name: name.to_string(),
+                reason,
+            });
+        }
         let generates_event_time =
             watermark_strategy.has_watermarks() || watermark_strategy.has_timestamp_assigner();
         let watermarks = generates_event_time.then(|| watermark_strategy.describe());
@@ -181,6 +210,7 @@ impl StreamExecutionEnvironment {
     /// With an executor set ([`set_executor`](Self::set_executor)), the executor runs it: in
     /// cluster mode this process then plays its role (JobManager or TaskManager) in the job.
     pub fn execute(&self, job_name: &str) -> Result<JobExecutionResult, WeirError> {
+        self.refuse_unapplied_cli_settings()?;
         let executor = self.executor.borrow().clone();
         match executor {
             Some(executor) => {
@@ -194,6 +224,7 @@ impl StreamExecutionEnvironment {
     /// Starts the job and returns at once with its client, through which savepoints are
     /// taken, the job is stopped or cancelled, and checkpoint statistics are read.
     pub fn execute_async(&self, job_name: &str) -> Result<JobClient, WeirError> {
+        self.refuse_unapplied_cli_settings()?;
         let definition = self.builder.borrow_mut().take_definition(job_name)?;
         let executor = self.executor.borrow().clone();
         match executor {

@@ -150,8 +150,8 @@ pub enum RecoveryError {
     /// A start from empty state over an earlier run of the job.
     #[error(
         "job `{job}` ran here before: `{storage}` holds {found}. Starting it from empty state \
-         would {consequence}. Resume it instead (ExecutionConfig::with_resume_from_latest_checkpoint; \
-         `--resume` in Weir's example jobs), restore a checkpoint or savepoint \
+         would {consequence}. Resume it instead (`weir run --resume`, `execution.start-mode: resume`, \
+         or ExecutionConfig::with_resume_from_latest_checkpoint), restore a checkpoint or savepoint \
          (`execution.savepoint.path`), or start over with `weir reset {storage}` (it deletes the \
          job's checkpoints; move its sinks' output aside too)"
     )]

@@ -44,11 +44,11 @@ pub struct Savepoint {
 }
 
 impl Savepoint {
-    /// The savepoint `checkpoint_id` at `location`.
+    /// The savepoint `checkpoint_id` at `location` (made absolute if it is a relative path).
     pub(crate) fn new(checkpoint_id: u64, location: String) -> Self {
         Self {
             checkpoint_id,
-            location,
+            location: absolute_location(location),
         }
     }
     /// Its id, in the sequence of the job's checkpoints.
@@ -65,6 +65,20 @@ impl Savepoint {
     }
 }
 
+/// `location` as an absolute path if it is a relative one (a storage configured with a
+/// relative directory), so that what is printed and handed to other processes (`weir stop`
+/// answers through the REST API of a job running elsewhere) names the same place from any
+/// working directory; URLs (`s3://…`) and absolute paths stay as they are.
+pub(crate) fn absolute_location(location: String) -> String {
+    if location.contains("://") || Path::new(&location).is_absolute() {
+        return location;
+    }
+    match std::path::absolute(&location) {
+        Ok(path) => path.display().to_string(),
+        Err(_) => location,
+    }
+}
+
 impl fmt::Display for Savepoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.location)
@@ -74,5 +88,23 @@ impl fmt::Display for Savepoint {
 impl AsRef<Path> for Savepoint {
     fn as_ref(&self) -> &Path {
         self.path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_locations_become_absolute_and_urls_stay() {
+        let relative = Savepoint::new(3, "work/checkpoints/job/savepoint-3".into());
+        assert!(relative.path().is_absolute(), "{relative}");
+        assert!(relative
+            .location()
+            .ends_with("work/checkpoints/job/savepoint-3"));
+        let url = Savepoint::new(3, "s3://bucket/job/savepoint-3".into());
+        assert_eq!(url.location(), "s3://bucket/job/savepoint-3");
+        let absolute = Savepoint::new(3, "/data/job/savepoint-3".into());
+        assert_eq!(absolute.location(), "/data/job/savepoint-3");
     }
 }

@@ -173,6 +173,9 @@ impl Configuration {
     }
 
     fn apply_restore(&self, config: &mut ExecutionConfig) -> Result<(), ConfigurationError> {
+        if let Some(mode) = self.enumeration("execution.start-mode")? {
+            config.resume_from_latest_checkpoint = mode == "RESUME";
+        }
         let ignore = self.boolean("execution.savepoint.ignore-unclaimed-state")?;
         if let Some(path) = self.text("execution.savepoint.path") {
             let mut settings = RestoreSettings::from_path(path.trim());
@@ -309,6 +312,12 @@ mod tests {
             restore.restore.unwrap().non_restored_state,
             NonRestoredState::Drop
         );
+        let resume = "state.checkpoints.dir: /c\nexecution.start-mode: resume\n";
+        assert!(applied(resume).unwrap().resume_from_latest_checkpoint);
+        let fresh = "state.checkpoints.dir: /c\nexecution.start-mode: FRESH\n";
+        assert!(!applied(fresh).unwrap().resume_from_latest_checkpoint);
+        let err = applied("state.checkpoints.dir: /c\nexecution.start-mode: latest\n").unwrap_err();
+        assert!(err.to_string().contains("execution.start-mode"), "{err}");
     }
 
     #[test]

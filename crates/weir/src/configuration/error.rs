@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::Origin;
 
 /// A configuration that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigurationError {
     /// The file cannot be read.
     #[error("cannot read the configuration file `{}`: {reason}", path.display())]
@@ -57,4 +57,12 @@ pub enum ConfigurationError {
     /// Values that cannot go together.
     #[error("{0}")]
     Conflict(String),
+}
+
+/// Its `Debug` form is its message, so that `fn main() -> Result<(), ConfigurationError>` prints what
+/// went wrong rather than the enum's fields.
+impl std::fmt::Debug for ConfigurationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }

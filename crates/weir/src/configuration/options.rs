@@ -214,6 +214,11 @@ pub const OPTIONS: &[ConfigOption] = &[
         "Whether recovery may fall back past a corrupt checkpoint whose output is committed.",
     ),
     option(
+        "execution.start-mode",
+        Enumeration(&["FRESH", "RESUME"]),
+        "Where the job starts without `execution.savepoint.path`: FRESH (empty state; refused over an earlier run that committed output) or RESUME (the job's newest restore point, if it has one; `weir run --resume`).",
+    ),
+    option(
         "execution.savepoint.path",
         Text,
         "Start the job from this savepoint or retained checkpoint.",

@@ -437,6 +437,10 @@ impl<T: Record> Source for FileSource<T> {
     type Enumerator = FileEnumerator;
     type Reader = FileReader<T>;
 
+    fn validate(&self) -> Result<(), String> {
+        crate::connectors::rate_limiter::check_rate(self.records_per_second)
+    }
+
     fn boundedness(&self) -> Boundedness {
         match self.monitor {
             Some(_) => Boundedness::ContinuousUnbounded,

@@ -117,12 +117,12 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
         Ok(StaticSplitEnumerator::new(checkpoint))
     }
 
+    fn validate(&self) -> Result<(), String> {
+        crate::connectors::rate_limiter::check_rate(self.records_per_second)
+    }
+
     fn create_reader(&self, context: SourceReaderContext) -> Result<Self::Reader, BoxError> {
-        if let Some(rate) = self.records_per_second {
-            if !(rate.is_finite() && rate > 0.0) {
-                return Err(format!("rate limit must be a positive number, got {rate}").into());
-            }
-        }
+        crate::connectors::rate_limiter::check_rate(self.records_per_second)?;
         let limiter = RateLimiter::new(self.records_per_second, context.parallelism());
         Ok(GeneratorReader {
             f: self.f.clone(),

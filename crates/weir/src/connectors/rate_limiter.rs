@@ -11,6 +11,17 @@ pub struct RateLimiter {
     emitted: u64,
 }
 
+/// Checks a rate limit as sources take it: a finite number of records per second above
+/// zero.
+pub fn check_rate(records_per_second: Option<f64>) -> Result<(), String> {
+    match records_per_second {
+        Some(rate) if !(rate.is_finite() && rate > 0.0) => Err(format!(
+            "the rate limit must be a positive number of records per second, got {rate}"
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl RateLimiter {
     /// A limiter for one of `readers` readers sharing `total_per_second`.
     pub fn new(total_per_second: Option<f64>, readers: u32) -> Self {
@@ -40,7 +51,10 @@ impl RateLimiter {
     pub fn delay(&self, idle: Duration) -> Duration {
         match (self.per_second, self.started) {
             (Some(rate), Some(started)) => {
-                let due = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
+                // A rate that is not positive is refused when the job is built; here it
+                // would only wait long.
+                let due = Duration::try_from_secs_f64((self.emitted + 1) as f64 / rate)
+                    .unwrap_or(Duration::MAX);
                 due.saturating_sub(started.elapsed())
                     .clamp(Duration::from_micros(50), Duration::from_millis(100))
             }
@@ -52,6 +66,23 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_must_be_positive_and_finite() {
+        assert!(check_rate(None).is_ok());
+        assert!(check_rate(Some(0.5)).is_ok());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = check_rate(Some(bad)).unwrap_err();
+            assert!(err.contains("positive number"), "{err}");
+        }
+        let mut zero = RateLimiter::new(Some(0.0), 1);
+        zero.allowed(1);
+        assert_eq!(
+            zero.delay(Duration::ZERO),
+            Duration::from_millis(100),
+            "no panic"
+        );
+    }
 
     #[test]
     fn unlimited_allows_the_cap_and_limited_paces() {

@@ -88,6 +88,13 @@ pub trait Source: Send + 'static {
         None
     }
 
+    /// Checks the source's settings when the job is declared (`from_source`), so that one
+    /// that cannot work is an error naming the source when the job is built, not a failure
+    /// of its running tasks.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Creates the enumerator for a fresh start.
     fn create_enumerator(&self, parallelism: u32) -> Result<Self::Enumerator, BoxError>;
 

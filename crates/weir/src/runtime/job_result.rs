@@ -61,6 +61,80 @@ pub struct OperatorSummary {
     pub late_records_dropped: u64,
 }
 
+/// Where a job started from, as its result reports it: what a user resuming, restoring or
+/// re-running a job needs to see without a logging setup.
+///
+/// ```
+/// use weir::prelude::*;
+/// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
+/// env.generate(3, |i| i).sink_to(DiscardingSink, "out");
+/// let result = env.execute("numbers")?;
+/// assert_eq!(result.start, JobStart::Fresh);
+/// assert_eq!(result.start.to_string(), "Started from empty state");
+/// # Ok::<(), WeirError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "from")]
+pub enum JobStart {
+    /// From empty state: no restore point was asked for, or the job had none.
+    Fresh,
+    /// From the newest restore point of the job's earlier runs (a retained checkpoint, or
+    /// the savepoint it was stopped with): `resume`.
+    Resumed {
+        /// The checkpoint or savepoint id.
+        checkpoint_id: u64,
+        /// Where it is.
+        location: String,
+    },
+    /// From the savepoint or retained checkpoint at a path (`execution.savepoint.path`).
+    Restored {
+        /// The checkpoint or savepoint id.
+        checkpoint_id: u64,
+        /// Where it is.
+        location: String,
+    },
+    /// Not at all: the job had already run to the end of its input, so nothing ran (its
+    /// input is not read again; `weir reset` starts the job over).
+    AlreadyFinished {
+        /// Its final checkpoint, if it took one.
+        final_checkpoint: Option<u64>,
+        /// The checkpoint storage that says so.
+        storage: String,
+    },
+}
+
+impl fmt::Display for JobStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fresh => write!(f, "Started from empty state"),
+            Self::Resumed {
+                checkpoint_id,
+                location,
+            } => write!(
+                f,
+                "Resumed from restore point {checkpoint_id} of an earlier run (`{location}`)"
+            ),
+            Self::Restored {
+                checkpoint_id,
+                location,
+            } => write!(f, "Restored from `{location}` (id {checkpoint_id})"),
+            Self::AlreadyFinished {
+                final_checkpoint,
+                storage,
+            } => {
+                write!(f, "Nothing to do: `{storage}` records that the job already ran to the end of its input")?;
+                if let Some(id) = final_checkpoint {
+                    write!(f, " (final checkpoint {id})")?;
+                }
+                write!(
+                    f,
+                    "; its input is not read again (`weir reset` starts the job over)"
+                )
+            }
+        }
+    }
+}
+
 /// The outcome of a job that ended without failing.
 ///
 /// ```
@@ -88,6 +162,12 @@ pub struct JobExecutionResult {
     pub subtasks: Vec<OperatorMetrics>,
     /// Restarts after failures.
     pub restarts: u32,
+    /// Where the first run started from.
+    pub start: JobStart,
+    /// What recovery did that a user should know: restore points it found unusable and
+    /// skipped, and what falling back past them means for the output. Empty when nothing was
+    /// skipped.
+    pub recovery_notes: Vec<String>,
     /// Checkpoints (or the savepoint) each run started from, in order.
     pub restored_from: Vec<u64>,
     /// Recent checkpoints.
@@ -118,6 +198,16 @@ impl fmt::Display for JobExecutionResult {
             self.wall_time.as_secs_f64(),
             self.restarts
         )?;
+        writeln!(f, "  {}.", self.start)?;
+        if self.restarts > 0 {
+            let ids: Vec<String> = self.restored_from.iter().map(u64::to_string).collect();
+            if !ids.is_empty() {
+                writeln!(f, "  Runs restored restore points {}.", ids.join(", "))?;
+            }
+        }
+        for note in &self.recovery_notes {
+            writeln!(f, "  Recovery: {note}")?;
+        }
         writeln!(
             f,
             "  {:<5} {:<32} {:>4} {:>14} {:>14} {:>20}",

@@ -208,6 +208,8 @@ fn a_fresh_start_over_an_earlier_run_is_refused_and_names_the_ways_on() {
             err.contains("job `j` ran here before: `/c/j` holds")
                 && err.contains("`Sink: files`")
                 && err.contains("with_resume_from_latest_checkpoint")
+                && err.contains("execution.start-mode: resume")
+                && err.contains("weir run --resume")
                 && err.contains("execution.savepoint.path")
                 && err.contains("weir reset /c/j"),
             "{err}"

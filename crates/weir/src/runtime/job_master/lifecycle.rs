@@ -106,6 +106,7 @@ impl JobMaster {
     pub(super) fn fall_back_from(&mut self, id: u64, location: String, problem: String) {
         let context = self.resolve.clone();
         let mut bad = self.bad.clone();
+        let mut notes = Vec::new();
         self.resolving = true;
         self.phase = JobPhase::Restarting {
             due: self.clock.now(),
@@ -113,12 +114,12 @@ impl JobMaster {
         };
         self.io.submit(move |store_context| {
             let result = match &store_context.store {
-                Some(store) => {
-                    restore_points::fall_back(store, &context, id, &location, &problem, &mut bad)
-                }
+                Some(store) => restore_points::fall_back(
+                    store, &context, id, &location, &problem, &mut bad, &mut notes,
+                ),
                 None => Ok(None),
             };
-            Some(StoreReply::Resolved { result, bad })
+            Some(StoreReply::Resolved { result, bad, notes })
         });
     }
 
@@ -207,17 +208,18 @@ impl JobMaster {
         self.resolving = true;
         let context = self.resolve.clone();
         let mut bad = self.bad.clone();
+        let mut notes = Vec::new();
         self.io.submit(move |store_context| {
             let result = match &store_context.store {
                 Some(store) => match store.fencing().check() {
                     // A process that lost its job while it waited to restart must not
                     // deploy: its sinks' recovery would settle the new holder's transactions.
                     Err(fenced) => Err(fenced.into()),
-                    Ok(()) => restore_points::latest(store, &context, &mut bad),
+                    Ok(()) => restore_points::latest(store, &context, &mut bad, &mut notes),
                 },
                 None => Ok(None),
             };
-            Some(StoreReply::Resolved { result, bad })
+            Some(StoreReply::Resolved { result, bad, notes })
         });
     }
 
@@ -235,9 +237,10 @@ impl JobMaster {
         match reply {
             StoreReply::LocationReady { id, result } => self.on_location_ready(id, result),
             StoreReply::Finalized { id, outcome } => self.on_finalized(id, outcome),
-            StoreReply::Resolved { result, bad } => {
+            StoreReply::Resolved { result, bad, notes } => {
                 self.resolving = false;
                 self.bad = bad;
+                self.recovery_notes.extend(notes);
                 if !matches!(self.phase, JobPhase::Restarting { .. }) {
                     // The job was cancelled or stopped while the worker resolved: its end is
                     // being recorded, and a failed resolution must not restart or fail it.

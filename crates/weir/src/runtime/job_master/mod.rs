@@ -38,7 +38,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use crate::checkpoint::completed_store::CompletedCheckpointStore;
 use crate::checkpoint::coordinator::{CheckpointCoordinator, PendingCheckpoint};
 use crate::checkpoint::fencing::FencingToken;
-use crate::checkpoint::job_record::RecordedCheckpoint;
+use crate::checkpoint::job_record::{JobRecord, RecordedCheckpoint, RecordedStatus};
 use crate::checkpoint::recovery::{plan_start, PreviousRecord, StartMode, StartPlan};
 use crate::checkpoint::restart_strategy::RestartBackoff;
 use crate::checkpoint::savepoint::Savepoint;
@@ -48,7 +48,7 @@ use crate::error::WeirError;
 use crate::metrics::MetricStore;
 use crate::runtime::deployment::RestorePoint;
 use crate::runtime::job_definition::JobDefinition;
-use crate::runtime::job_result::{JobExecutionResult, JobStatus, OperatorSummary};
+use crate::runtime::job_result::{JobExecutionResult, JobStart, JobStatus, OperatorSummary};
 use crate::runtime::output::OperatorMetrics;
 use crate::runtime::stream_element::{SnapshotType, StopMode};
 use crate::runtime::task_executors::TaskExecutors;
@@ -113,6 +113,10 @@ pub struct JobMaster {
     bad: BTreeSet<u64>,
     savepoint_waiters: HashMap<u64, Sender<Result<Savepoint, WeirError>>>,
     restored_from: Vec<u64>,
+    /// Where the first run started from.
+    origin: JobStart,
+    /// What recovery skipped, and what that means for the output.
+    recovery_notes: Vec<String>,
     /// Resuming a job that already ran to its end: there is nothing to do.
     already_finished: bool,
     /// Where the tasks run.
@@ -186,6 +190,10 @@ struct Start {
     bad: BTreeSet<u64>,
     first_id: u64,
     already_finished: bool,
+    /// Where the first run starts from, for the result.
+    origin: JobStart,
+    /// What recovery skipped on the way, for the result.
+    notes: Vec<String>,
 }
 
 /// Takes the job's storage (lock and epoch) and decides where it starts.
@@ -201,6 +209,8 @@ fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
         bad: BTreeSet::new(),
         first_id: 1,
         already_finished: false,
+        origin: JobStart::Fresh,
+        notes: Vec::new(),
     };
     // A chosen directory means savepoints can be taken even without periodic
     // checkpoints, as in Flink.
@@ -263,6 +273,16 @@ fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
         StartPlan::AlreadyFinished => {
             tracing::info!(storage = %storage.describe(), "the job already ran to its end; nothing to resume");
             start.already_finished = true;
+            start.origin = JobStart::AlreadyFinished {
+                final_checkpoint: match &previous {
+                    PreviousRecord::Found(JobRecord {
+                        status: RecordedStatus::Finished { final_checkpoint },
+                        ..
+                    }) => *final_checkpoint,
+                    _ => None,
+                },
+                storage: storage.describe(),
+            };
             start.fencing = store.fencing().clone();
             // What a crash during its clean-up left is deleted now.
             if let Err(e) = store.clean_up_finished() {
@@ -274,6 +294,7 @@ fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
         StartPlan::Fresh { note } => {
             if let Some(note) = note {
                 tracing::warn!("{note}");
+                start.notes.push(note);
             } else if mode == StartMode::Resume {
                 tracing::info!(storage = %storage.describe(), "no restore point: starting fresh");
             }
@@ -285,6 +306,7 @@ fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
         } => {
             if let Some(note) = note {
                 tracing::warn!("{note}");
+                start.notes.push(note);
             }
             if let (StartMode::RestoreFrom { .. }, Some(first), Some(settings)) =
                 (&mode, candidates.first_mut(), &config.restore)
@@ -297,7 +319,27 @@ fn prepare(job: &JobDefinition) -> Result<Start, WeirError> {
     start.fencing = store.fencing().clone();
     // The restore point is read and matched to the job before the record is rewritten:
     // a restore that cannot work leaves the job's real restore points in place.
-    start.initial = restore_points::resolve(&store, &context, &candidates, &mut start.bad)?;
+    start.initial = restore_points::resolve(
+        &store,
+        &context,
+        &candidates,
+        &mut start.bad,
+        &mut start.notes,
+    )?;
+    if let Some(point) = &start.initial {
+        let checkpoint_id = point.checkpoint_id;
+        let location = crate::checkpoint::savepoint::absolute_location(point.location.clone());
+        start.origin = match &mode {
+            StartMode::RestoreFrom { .. } => JobStart::Restored {
+                checkpoint_id,
+                location,
+            },
+            StartMode::Resume | StartMode::Fresh => JobStart::Resumed {
+                checkpoint_id,
+                location,
+            },
+        };
+    }
     let mut completed = candidates;
     completed.reverse();
     store.begin(completed, notified_through)?;
@@ -405,6 +447,8 @@ impl JobMaster {
             bad: start.bad,
             savepoint_waiters: HashMap::new(),
             restored_from: Vec::new(),
+            origin: start.origin,
+            recovery_notes: start.notes,
             already_finished: start.already_finished,
             executors,
             runs: 0,
@@ -610,6 +654,8 @@ impl JobMaster {
             operators,
             subtasks,
             restarts: self.restart.restarts(),
+            start: self.origin.clone(),
+            recovery_notes: self.recovery_notes.clone(),
             restored_from: self.restored_from.clone(),
             checkpoints: self.coordinator.history().clone(),
             savepoint,

@@ -45,12 +45,14 @@ impl ResolveContext {
 }
 
 /// The first usable of `candidates` (newest first), excluding and extending `bad`. `None`:
-/// start from empty state (no candidates, or falling back that far is allowed).
+/// start from empty state (no candidates, or falling back that far is allowed). What was
+/// skipped, and what that means for the output, is added to `notes` for the job's result.
 pub fn resolve(
     store: &CompletedCheckpointStore,
     context: &ResolveContext,
     candidates: &[RecordedCheckpoint],
     bad: &mut BTreeSet<u64>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<RestorePoint>, WeirError> {
     let candidates: Vec<&RecordedCheckpoint> =
         candidates.iter().filter(|c| !bad.contains(&c.id)).collect();
@@ -88,12 +90,12 @@ pub fn resolve(
             // it. The start fails (a restart retries it under the restart strategy).
             Err(e @ StorageError::Io { .. }) => return Err(WeirError::Storage(e)),
             Err(e) => {
-                unusable(
+                notes.push(unusable(
                     context,
                     candidate,
                     &e.to_string(),
                     candidates.get(i + 1).copied(),
-                )?;
+                )?);
                 bad.insert(candidate.id);
             }
         }
@@ -102,13 +104,14 @@ pub fn resolve(
 }
 
 /// Restore point `unusable` cannot be read (`problem` names the file and the copies
-/// checked): fails unless the recovery rules allow falling back to `fallback`.
+/// checked): fails unless the recovery rules allow falling back to `fallback`; returns the
+/// warning that says what falling back means.
 pub fn unusable(
     context: &ResolveContext,
     unusable: &RecordedCheckpoint,
     problem: &str,
     fallback: Option<&RecordedCheckpoint>,
-) -> Result<(), WeirError> {
+) -> Result<String, WeirError> {
     if Some(unusable.id) == context.explicit_restore && fallback.is_none() {
         return Err(WeirError::Restore {
             checkpoint_id: unusable.id,
@@ -117,7 +120,7 @@ pub fn unusable(
     }
     let warning = on_unusable(context.recovery(), unusable, problem, fallback)?;
     tracing::warn!("{warning}");
-    Ok(())
+    Ok(warning)
 }
 
 /// The restore point of a restart: the newest recorded one that is usable.
@@ -125,8 +128,9 @@ pub fn latest(
     store: &CompletedCheckpointStore,
     context: &ResolveContext,
     bad: &mut BTreeSet<u64>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<RestorePoint>, WeirError> {
-    resolve(store, context, &store.candidates(), bad)
+    resolve(store, context, &store.candidates(), bad, notes)
 }
 
 /// Deploying from restore point `id` at `location` found a damaged state file: the same
@@ -138,6 +142,7 @@ pub fn fall_back(
     location: &str,
     problem: &str,
     bad: &mut BTreeSet<u64>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<RestorePoint>, WeirError> {
     let candidates: Vec<RecordedCheckpoint> = store
         .candidates()
@@ -147,7 +152,7 @@ pub fn fall_back(
     let position = candidates.iter().position(|c| c.id == id);
     let damaged = RecordedCheckpoint::new(id, SnapshotType::Checkpoint, location.to_string());
     let rest = position.map_or(&[][..], |p| &candidates[p + 1..]);
-    unusable(context, &damaged, problem, rest.first())?;
+    notes.push(unusable(context, &damaged, problem, rest.first())?);
     bad.insert(id);
-    resolve(store, context, rest, bad)
+    resolve(store, context, rest, bad, notes)
 }

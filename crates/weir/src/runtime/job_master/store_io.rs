@@ -71,6 +71,8 @@ pub enum StoreReply {
         result: Result<Option<RestorePoint>, WeirError>,
         /// Restore points found unusable.
         bad: BTreeSet<u64>,
+        /// What skipping them means, for the job's result.
+        notes: Vec<String>,
     },
     /// The job's end is recorded (or could not be).
     EndRecorded(Result<(), WeirError>),

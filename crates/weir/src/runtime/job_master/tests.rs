@@ -479,6 +479,7 @@ fn a_restore_point_resolved_after_a_cancel_neither_restarts_nor_fails_the_job() 
         h.master.on_store_reply(StoreReply::Resolved {
             result: Err(late),
             bad: Default::default(),
+            notes: Vec::new(),
         });
         h.clock.advance(Duration::from_secs(60));
         h.settle();
