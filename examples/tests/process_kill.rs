@@ -58,6 +58,8 @@ enum Kill {
     AtCommit,
     /// SIGKILL shortly after a resumed start, while it restores.
     DuringRestore(u64),
+    /// SIGKILL as soon as a completed checkpoint holds records in flight (unaligned).
+    AfterInFlightCheckpoint,
 }
 
 fn kill_test(sink: &str, extra: &[&str], default_seeds: u64) {
@@ -90,10 +92,10 @@ fn kill_test_over(sink: &str, extra: &[&str], default_seeds: u64, data: &Path) {
             .max(1);
         for k in 0..kills {
             plan.push(match (k, rng.below(2 + commit_weight)) {
-                // Under backpressure the first run lives long enough for unaligned
-                // checkpoints with records in flight to complete: a plan of early kills
-                // only (wal, seed 1) otherwise never stored any on a loaded machine.
-                (0, _) if unaligned => Kill::AfterMillis(400 + rng.below(700)),
+                // The first run is killed once a checkpoint holding records in flight is
+                // stored (seen on disk, however long that takes on a loaded machine), so that
+                // a restore replays some.
+                (0, _) if unaligned => Kill::AfterInFlightCheckpoint,
                 (0, _) | (_, 0) => Kill::AfterMillis(50 + rng.below(700)),
                 (_, c) if c <= commit_weight => Kill::AtCommit,
                 _ => Kill::DuringRestore(rng.below(40)),
@@ -111,8 +113,23 @@ fn kill_test_over(sink: &str, extra: &[&str], default_seeds: u64, data: &Path) {
                 Kill::AfterMillis(ms) | Kill::DuringRestore(ms) => {
                     std::thread::sleep(Duration::from_millis(*ms))
                 }
+                Kill::AfterInFlightCheckpoint => {
+                    let checkpoints = work.path().join("checkpoints");
+                    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+                    while census::in_flight_chunks(&checkpoints) == 0 {
+                        if matches!(child.try_wait(), Ok(Some(_))) {
+                            break;
+                        }
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "sink {sink}, seed {seed}: no checkpoint with records in flight"
+                        );
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
                 Kill::AtCommit => {
-                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    // Only a guard against a hang: a busy machine may take long to commit.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(120);
                     while std::time::Instant::now() < deadline {
                         match lines.recv_timeout(Duration::from_millis(50)) {
                             Ok(line) if line.contains("committing") => {
@@ -133,7 +150,7 @@ fn kill_test_over(sink: &str, extra: &[&str], default_seeds: u64, data: &Path) {
             let killed = status.code().is_none();
             let window = match kill {
                 Kill::AtCommit if at_commit => "between-completion-and-commit",
-                Kill::AfterMillis(_) | Kill::AtCommit => "mid-run",
+                Kill::AfterMillis(_) | Kill::AtCommit | Kill::AfterInFlightCheckpoint => "mid-run",
                 Kill::DuringRestore(_) => "during-restore",
             };
             let checkpoints = work.path().join("checkpoints");
@@ -144,7 +161,7 @@ fn kill_test_over(sink: &str, extra: &[&str], default_seeds: u64, data: &Path) {
         let (mut child, lines) = spawn(work.path(), sink, true, extra);
         let status = wait_bounded(
             &mut child,
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             &format!("sink {sink}, seed {seed}"),
         );
         let log: Vec<String> = lines.try_iter().collect();

@@ -54,7 +54,7 @@ fn newest(census: &Census) -> RecordedCheckpoint {
 /// recorded (so that sinks have committed output), before it ends.
 fn crash_midway(census: &Census, extra: &[&str], checkpoints: usize) {
     let mut child = census.command(false, 2, extra).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let recorded = weir_testkit::job_record_file(&census.job_dir())
             .and_then(|file| std::fs::read(file).ok())

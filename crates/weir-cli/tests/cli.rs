@@ -114,7 +114,7 @@ fn detached_with(work: &Path, records: &str, rate: &str) -> Detached {
 }
 
 fn await_output(args: &[&str], what: &str, check: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let out = ok(args);
         if check(&out) {

@@ -120,7 +120,7 @@ fn a_mutual_tls_cluster_serves_its_rest_api_and_refuses_a_foreign_taskmanager() 
         .with_cluster_args(&tls);
     cluster.start_jobmanager();
     let url = cluster
-        .rest_url(Duration::from_secs(30))
+        .rest_url(Duration::from_secs(300))
         .unwrap_or_else(|| {
             panic!(
                 "the JobManager serves its REST API:\n{}",
@@ -132,7 +132,7 @@ fn a_mutual_tls_cluster_serves_its_rest_api_and_refuses_a_foreign_taskmanager() 
     let rogue_args: Vec<String> = tls_args(&rogue);
     let rogue_args: Vec<&str> = rogue_args.iter().map(String::as_str).collect();
     cluster.start_taskmanager_with("rogue", 2, &rogue_args);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while !cluster
         .log("rogue-1.err")
         .contains("no session with the JobManager")
@@ -292,7 +292,7 @@ fn weir_run_as_jobmanager_runs_the_job_on_taskmanagers_that_join_it() {
         .unwrap();
     let read = |name: &str| std::fs::read_to_string(work.path().join(name)).unwrap_or_default();
     // Nothing runs before a TaskManager offers slots: `weir run` waits, following the job.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while !read("weir.err").contains("Following the job at http://127.0.0.1:") {
         assert!(
             Instant::now() < deadline && weir.try_wait().unwrap().is_none(),

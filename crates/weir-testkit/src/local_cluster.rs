@@ -325,7 +325,7 @@ impl LocalCluster {
     ) -> Option<String> {
         let since = std::time::SystemTime::now();
         let reached = crate::latest_checkpoint(checkpoints, job);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(300);
         while crate::latest_checkpoint(checkpoints, job) <= reached
             && Instant::now() < deadline
             && !self.jobmanager_exited()

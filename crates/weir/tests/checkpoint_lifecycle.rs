@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir::WatermarkStrategy;
 
 use common::{committed, mix, CommittingSink};
@@ -346,6 +346,80 @@ impl weir::connectors::sink::Sink<(u64, u64)> for DeclaredIdempotent {
     }
 }
 
+/// Passes numbers on; at the first from `fail_at` on (once two checkpoints completed), damages
+/// the newest complete checkpoint(s) on disk and fails, once.
+#[derive(Clone)]
+struct DamageThenFail {
+    fail_at: u64,
+    what: Damage,
+    job: PathBuf,
+    failed: Arc<AtomicBool>,
+    corrupted: Arc<std::sync::Mutex<Vec<u64>>>,
+    /// The last checkpoint this subtask took its snapshot for.
+    last_snapshot: u64,
+}
+
+impl ProcessFunction<u64, u64> for DamageThenFail {
+    fn process_element(
+        &mut self,
+        i: u64,
+        _: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        let ready = || {
+            checkpoint_dirs(&self.job)
+                .into_iter()
+                .filter(|c| c.1)
+                .count()
+                >= 2
+        };
+        if i >= self.fail_at
+            && !self.failed.load(Ordering::SeqCst)
+            && ready()
+            && !self.failed.swap(true, Ordering::SeqCst)
+        {
+            // While this subtask is here it takes no snapshot, so no checkpoint after the
+            // last one it took can complete; that one settles (completes, or is aborted and
+            // removed) and then the newest complete checkpoint stays the newest.
+            let last = self.job.join(format!("chk-{}", self.last_snapshot));
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while last.exists() && !last.join("_metadata").exists() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never settled",
+                    last.display()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let complete: Vec<u64> = checkpoint_dirs(&self.job)
+                .into_iter()
+                .filter(|c| c.1)
+                .map(|c| c.0)
+                .collect();
+            let victims: Vec<u64> = if self.what == Damage::AllMetadata {
+                complete.clone()
+            } else {
+                complete.last().copied().into_iter().collect()
+            };
+            self.corrupted
+                .lock()
+                .unwrap()
+                .extend(victims.iter().copied());
+            for id in victims {
+                damage(&self.job.join(format!("chk-{id}")), self.what);
+            }
+            panic!("injected failure after corrupting checkpoints {complete:?}");
+        }
+        out.collect(i);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        self.last_snapshot = ctx.checkpoint_id().unwrap_or(self.last_snapshot);
+        Ok(())
+    }
+}
+
 /// What a corruption run saw: the damaged checkpoints, the result, and the committed counts.
 type CorruptionRun = (Vec<u64>, weir::JobExecutionResult, Vec<(u64, u64)>);
 
@@ -380,53 +454,33 @@ fn run_with_corruption(
         });
     let env = StreamExecutionEnvironment::new(config).unwrap();
     let (sink, store) = CommittingSink::new();
-    let failed = Arc::new(AtomicBool::new(false));
     let corrupted: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
-    let corrupted_in_job = corrupted.clone();
     let job = job_dir(&dir.join("primary"), "corrupt");
+    // The numbers from `fail_at` on (the last third of the second split, at 8 000 from 6 000
+    // to 12 000) are held back until two checkpoints completed, so that the failure comes
+    // with an older checkpoint to fall back to, however slow the machine.
+    let two_checkpoints = Arc::new(AtomicBool::new(false));
+    let release = {
+        let (job, two) = (job.clone(), two_checkpoints.clone());
+        move || {
+            two.load(Ordering::SeqCst)
+                || (checkpoint_dirs(&job).into_iter().filter(|c| c.1).count() >= 2
+                    && !two.swap(true, Ordering::SeqCst))
+        }
+    };
     let counts = env
         .from_source(
-            // Slow enough that the records from `fail_at` on (the last third of one
-            // subtask's, from 0.4 s to 1.2 s) outlast two checkpoints on a loaded machine: at
-            // 30 000/s the window was 0.13–0.4 s, and a first checkpoint of 0.4 s missed it.
-            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(10_000.0),
+            GeneratorSource::new(RECORDS, |i| i).with_held_tail(RECORDS - fail_at, release),
             WatermarkStrategy::no_watermarks(),
             "numbers",
         )
-        .map(move |i: u64| {
-            // Fail at the first record from `fail_at` on by which two checkpoints have
-            // completed (on a loaded machine the first ones can be late), so that an older
-            // one is there to fall back to.
-            let ready = || checkpoint_dirs(&job).into_iter().filter(|c| c.1).count() >= 2;
-            if i >= fail_at
-                && i.is_multiple_of(64)
-                && !failed.load(Ordering::SeqCst)
-                && ready()
-                && !failed.swap(true, Ordering::SeqCst)
-            {
-                // This subtask no longer takes checkpoints; let those already in flight
-                // settle, so that no checkpoint completes between the damage and the failure.
-                std::thread::sleep(Duration::from_millis(400));
-                let complete: Vec<u64> = checkpoint_dirs(&job)
-                    .into_iter()
-                    .filter(|c| c.1)
-                    .map(|c| c.0)
-                    .collect();
-                let victims: Vec<u64> = if what == Damage::AllMetadata {
-                    complete.clone()
-                } else {
-                    complete.last().copied().into_iter().collect()
-                };
-                corrupted_in_job
-                    .lock()
-                    .unwrap()
-                    .extend(victims.iter().copied());
-                for id in victims {
-                    damage(&job.join(format!("chk-{id}")), what);
-                }
-                panic!("injected failure after corrupting checkpoints {complete:?}");
-            }
-            i
+        .process(DamageThenFail {
+            fail_at,
+            what,
+            job,
+            failed: Arc::new(AtomicBool::new(false)),
+            corrupted: corrupted.clone(),
+            last_snapshot: 0,
         })
         .key_by(|i: &u64| mix(*i) % 53)
         .count()
@@ -522,6 +576,13 @@ fn falling_back_past_committed_output_needs_the_option_or_idempotent_sinks() {
                 result.restored_from,
                 corrupted[0]
             );
+            // The result says what recovery did, without a logging setup.
+            let notes = result.recovery_notes.join("\n");
+            assert!(
+                notes.contains(&format!("checkpoint {}", corrupted[0])),
+                "{notes}"
+            );
+            assert!(result.to_string().contains("Recovery: "), "{result}");
         }
     }
 }

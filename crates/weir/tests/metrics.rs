@@ -35,7 +35,7 @@ fn await_details(
     what: &str,
     check: impl Fn(&JobDetails) -> bool,
 ) -> std::sync::Arc<JobDetails> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let details = client.details();
         if check(&details) {

@@ -4,7 +4,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::{committed, diff, mix, multiset, CommittedStore, CommittingSink};
 use weir::connectors::generator::GeneratorSource;
@@ -42,10 +44,17 @@ fn config(
 
 /// The job: numbers → keyed running count → committing sink. (A count's updates do not
 /// depend on the order in which parallel sources interleave, so an uninterrupted run's
-/// output is one well-defined multiset.)
-fn build(env: &StreamExecutionEnvironment, sink: CommittingSink<(u64, u64)>, rename_count: bool) {
+/// output is one well-defined multiset.) With `held` > 0 the last `held` numbers of each
+/// split are never read: the run cannot finish, whatever the machine's speed, and ends only
+/// by a stop or a cancellation.
+fn build(
+    env: &StreamExecutionEnvironment,
+    sink: CommittingSink<(u64, u64)>,
+    rename_count: bool,
+    held: u64,
+) {
     env.from_source(
-        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
+        numbers(RECORDS, held),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
@@ -61,6 +70,26 @@ fn build(env: &StreamExecutionEnvironment, sink: CommittingSink<(u64, u64)>, ren
     .uid("sink");
 }
 
+/// `0..count`, the last `held` of each split withheld for good (none with 0).
+fn numbers(count: u64, held: u64) -> GeneratorSource<u64, fn(u64) -> u64> {
+    let source = GeneratorSource::new(count, (|i| i) as fn(u64) -> u64);
+    if held == 0 {
+        source
+    } else {
+        source.with_held_tail(held, || false)
+    }
+}
+
+/// Waits (up to five minutes, a guard against a hang only) until the job completed a
+/// checkpoint.
+fn await_checkpoint(client: &weir::JobClient) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while client.checkpoint_history().unwrap().completed == 0 {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn expected() -> HashMap<(u64, u64), usize> {
     let mut counts: HashMap<u64, u64> = HashMap::new();
     let updates: Vec<(u64, u64)> = (0..RECORDS)
@@ -73,11 +102,14 @@ fn expected() -> HashMap<(u64, u64), usize> {
     multiset(&updates)
 }
 
+/// Runs the job with the last `held` numbers of each split withheld, so that it cannot
+/// finish, and stops it with a savepoint once a checkpoint completed.
 fn run_until_stopped(
     parallelism: u32,
     dir: &std::path::Path,
     restore: Option<&weir::Savepoint>,
     store: &CommittedStore<(u64, u64)>,
+    held: u64,
 ) -> weir::Savepoint {
     let env = StreamExecutionEnvironment::new(config(parallelism, dir, restore)).unwrap();
     build(
@@ -86,9 +118,10 @@ fn run_until_stopped(
             store: store.clone(),
         },
         false,
+        held,
     );
     let client = env.execute_async("rescaling").unwrap();
-    std::thread::sleep(Duration::from_millis(250));
+    await_checkpoint(&client);
     let (path, result) = client.stop_with_savepoint().unwrap();
     assert_eq!(result.status, weir::JobStatus::Stopped);
     assert_eq!(result.savepoint.as_ref(), Some(&path));
@@ -99,9 +132,11 @@ fn run_until_stopped(
 fn savepoints_restore_at_parallelism_2_then_3_then_1() {
     let dir = tempfile::tempdir().unwrap();
     let (_, store) = CommittingSink::<(u64, u64)>::new();
-    let first = run_until_stopped(2, dir.path(), None, &store);
+    // Each of the first run's two splits holds back its last quarter of the numbers, the
+    // second run its last eighth: each run reads some, the last one the rest.
+    let first = run_until_stopped(2, dir.path(), None, &store, RECORDS / 4);
     assert!(first.path().join("_metadata").exists(), "{first}");
-    let second = run_until_stopped(3, dir.path(), Some(&first), &store);
+    let second = run_until_stopped(3, dir.path(), Some(&first), &store, RECORDS / 8);
     let env = StreamExecutionEnvironment::new(config(1, dir.path(), Some(&second))).unwrap();
     build(
         &env,
@@ -109,8 +144,14 @@ fn savepoints_restore_at_parallelism_2_then_3_then_1() {
             store: store.clone(),
         },
         false,
+        0,
     );
     let result = env.execute("rescaling").unwrap();
+    assert!(
+        matches!(result.start, weir::JobStart::Restored { checkpoint_id, .. } if checkpoint_id == second.checkpoint_id()),
+        "{:?}",
+        result.start
+    );
     assert_eq!(result.status, weir::JobStatus::Finished);
     let got = multiset(&committed(&store));
     if let Some(d) = diff(&expected(), &got) {
@@ -124,7 +165,7 @@ fn savepoints_restore_at_parallelism_2_then_3_then_1() {
 fn state_of_a_missing_uid_is_an_error_unless_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let (_, store) = CommittingSink::<(u64, u64)>::new();
-    let savepoint = run_until_stopped(2, dir.path(), None, &store);
+    let savepoint = run_until_stopped(2, dir.path(), None, &store, RECORDS / 4);
     let env = StreamExecutionEnvironment::new(config(2, dir.path(), Some(&savepoint))).unwrap();
     build(
         &env,
@@ -132,6 +173,7 @@ fn state_of_a_missing_uid_is_an_error_unless_allowed() {
             store: store.clone(),
         },
         true,
+        0,
     );
     let err = env
         .execute("renamed")
@@ -150,6 +192,7 @@ fn state_of_a_missing_uid_is_an_error_unless_allowed() {
             store: store.clone(),
         },
         true,
+        0,
     );
     env.execute("renamed").unwrap();
 }
@@ -159,10 +202,24 @@ fn trigger_savepoint_while_running() {
     let dir = tempfile::tempdir().unwrap();
     let (sink, _) = CommittingSink::<(u64, u64)>::new();
     let env = StreamExecutionEnvironment::new(config(2, dir.path(), None)).unwrap();
-    build(&env, sink, false);
+    // The input's last quarter waits until the savepoint is taken: the job is still running.
+    let released = Arc::new(AtomicBool::new(false));
+    let release = released.clone();
+    env.from_source(
+        GeneratorSource::new(RECORDS, |i| i)
+            .with_held_tail(RECORDS / 4, move || release.load(Ordering::SeqCst)),
+        WatermarkStrategy::no_watermarks(),
+        "numbers",
+    )
+    .uid("numbers")
+    .key_by(|i: &u64| key_of(*i))
+    .count()
+    .uid("count")
+    .sink_to(sink, "committed")
+    .uid("sink");
     let client = env.execute_async("savepoint").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
     let savepoint = client.trigger_savepoint().unwrap();
+    released.store(true, Ordering::SeqCst);
     assert!(
         savepoint
             .location()
@@ -184,7 +241,7 @@ fn savepoint_without_checkpoint_storage_is_refused() {
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
     env.from_source(
-        GeneratorSource::new(50_000, |i| i).with_rate_limit(50_000.0),
+        numbers(50_000, 10_000),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
@@ -213,13 +270,16 @@ fn savepoints_need_no_periodic_checkpoints() {
         }
         config
     };
-    let build = |env: &StreamExecutionEnvironment| {
+    // The first run holds back the last quarter of each split for good: it cannot end
+    // before the stop.
+    let build = |env: &StreamExecutionEnvironment, held: u64| {
         env.from_source(
-            GeneratorSource::new(40_000, |i| i % 7).with_rate_limit(40_000.0),
+            numbers(40_000, held),
             WatermarkStrategy::no_watermarks(),
             "numbers",
         )
         .uid("numbers")
+        .map(|i| i % 7)
         .key_by(|k: &u64| *k)
         .count()
         .uid("count")
@@ -227,9 +287,8 @@ fn savepoints_need_no_periodic_checkpoints() {
     };
     let env = StreamExecutionEnvironment::new(config(None)).unwrap();
     assert_eq!(env.config().checkpoint.interval, None);
-    let first = build(&env);
+    let first = build(&env, 10_000);
     let client = env.execute_async("savepoint only").unwrap();
-    std::thread::sleep(Duration::from_millis(200));
     let savepoint = client.trigger_savepoint().unwrap();
     assert!(savepoint.path().join("_metadata").is_file(), "{savepoint}");
     let (stopped, result) = client.stop_with_savepoint().unwrap();
@@ -240,7 +299,7 @@ fn savepoints_need_no_periodic_checkpoints() {
     // The restored run continues the counts: every count from 1 to its key's total comes
     // out once over both runs.
     let env = StreamExecutionEnvironment::new(config(Some(&stopped))).unwrap();
-    let second = build(&env);
+    let second = build(&env, 0);
     env.execute("savepoint only").unwrap();
     let second = second.take();
     assert_eq!(counted_before + second.len(), 40_000);
@@ -257,20 +316,19 @@ fn restoring_a_savepoint_older_than_committed_output_is_refused_unless_allowed()
     let dir = tempfile::tempdir().unwrap();
     let (sink, _) = CommittingSink::<(u64, u64)>::new();
     let env = StreamExecutionEnvironment::new(config(2, dir.path(), None)).unwrap();
-    build(&env, sink, false);
+    build(&env, sink, false, RECORDS / 4);
     let client = env.execute_async("older savepoint").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
     // A savepoint commits nothing; the checkpoints after it do.
     let savepoint = client.trigger_savepoint().unwrap();
     let id = savepoint.checkpoint_id();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while !client.checkpoint_history().unwrap().recent.iter().any(|s| {
         s.id > id
             && s.kind == weir::runtime::stream_element::SnapshotType::Checkpoint
             && s.status == weir::checkpoint::stats::CheckpointStatus::Completed
     }) {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "no checkpoint after the savepoint"
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -280,7 +338,7 @@ fn restoring_a_savepoint_older_than_committed_output_is_refused_unless_allowed()
     let build_restored = |config: ExecutionConfig| {
         let env = StreamExecutionEnvironment::new(config).unwrap();
         let (sink, _) = CommittingSink::<(u64, u64)>::new();
-        build(&env, sink, false);
+        build(&env, sink, false, 0);
         env.execute("older savepoint")
     };
     let err = build_restored(config(2, dir.path(), Some(&savepoint))).unwrap_err();

@@ -59,9 +59,9 @@ fn records_out(result: &JobExecutionResult, operator: &str) -> u64 {
 
 /// Waits until some output is committed (a checkpoint completed mid-way through the input).
 fn await_committed_output(dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while committed_files(dir).map_or(true, |f| f.is_empty()) {
-        assert!(Instant::now() < deadline, "no output committed in 30 s");
+        assert!(Instant::now() < deadline, "no output committed in 300 s");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -266,7 +266,7 @@ impl Gate {
     /// Waits until a record is held.
     fn await_held(&self) {
         let (lock, changed) = &*self.state;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(300);
         let mut state = lock.lock().unwrap();
         while state.1 == 0 {
             assert!(

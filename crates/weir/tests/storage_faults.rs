@@ -146,8 +146,22 @@ fn run_with(
         notified: Arc::default(),
     };
     let notified = Arc::clone(&follower.notified);
+    // The last quarter of each split waits for what the failure waits for, so that records
+    // come after it however fast or slow the machine: checkpoints go on meanwhile. A fault
+    // planned for a call that only the job's end makes is released after 40 checkpoints.
+    let release: Box<dyn Fn() -> bool + Send + Sync> = {
+        let (plan, notified) = (Arc::clone(&plan), Arc::clone(&notified));
+        let checkpoints = move || notified.lock().map_or(0, |n| n.len());
+        match failure {
+            Failure::Never => Box::new(|| true),
+            Failure::AfterFault => {
+                Box::new(move || !plan.injected().is_empty() || checkpoints() >= 40)
+            }
+            Failure::AfterCheckpoints(n) => Box::new(move || checkpoints() >= n),
+        }
+    };
     env.from_source(
-        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(20_000.0),
+        GeneratorSource::new(RECORDS, |i| i).with_held_tail(RECORDS / 4, release),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )

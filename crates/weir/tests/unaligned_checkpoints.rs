@@ -73,29 +73,47 @@ fn build(
     before_shuffle: &[u64],
     after_shuffle: &[u64],
 ) {
-    let (before, after) = (injector(before_shuffle), injector(after_shuffle));
-    env.from_source(
-        GeneratorSource::new(RECORDS, |i| i),
-        WatermarkStrategy::no_watermarks(),
-        "numbers",
-    )
-    .map(before)
-    .name("fault injector")
-    .key_by(|i: &u64| key_of(*i))
-    .process(SlowPassThrough)
-    .uid("slow")
-    .map(after)
-    .name("fault injector after the shuffle")
-    .key_by(|i: &u64| key_of(*i))
-    .process(CountPerKey::default())
-    .uid("count")
-    .sink_to(store.clone(), "committed")
-    .uid("sink");
+    build_with(env, store, before_shuffle, after_shuffle, None);
 }
 
-/// Passes records on, sleeping now and then: the consumer that causes backpressure.
+/// [`build`]; with `backlog`, a run that cannot finish and stays backpressured until it is
+/// told otherwise: the source holds back the last quarter of each split for good, and the
+/// slow stage takes 2 ms per record until `backlog` is set.
+fn build_with(
+    env: &StreamExecutionEnvironment,
+    store: &CommittingSink<(u64, u64)>,
+    before_shuffle: &[u64],
+    after_shuffle: &[u64],
+    backlog: Option<Arc<AtomicBool>>,
+) {
+    let (before, after) = (injector(before_shuffle), injector(after_shuffle));
+    let numbers = GeneratorSource::new(RECORDS, |i| i);
+    let numbers = if backlog.is_some() {
+        numbers.with_held_tail(RECORDS / 4, || false)
+    } else {
+        numbers
+    };
+    env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+        .map(before)
+        .name("fault injector")
+        .key_by(|i: &u64| key_of(*i))
+        .process(SlowPassThrough { drained: backlog })
+        .uid("slow")
+        .map(after)
+        .name("fault injector after the shuffle")
+        .key_by(|i: &u64| key_of(*i))
+        .process(CountPerKey::default())
+        .uid("count")
+        .sink_to(store.clone(), "committed")
+        .uid("sink");
+}
+
+/// Passes records on, sleeping now and then: the consumer that causes backpressure. While
+/// `drained` is given and not set, it sleeps on every record.
 #[derive(Clone)]
-struct SlowPassThrough;
+struct SlowPassThrough {
+    drained: Option<Arc<AtomicBool>>,
+}
 
 impl weir::KeyedProcessFunction<u64, u64, u64> for SlowPassThrough {
     fn process_element(
@@ -104,7 +122,13 @@ impl weir::KeyedProcessFunction<u64, u64, u64> for SlowPassThrough {
         _ctx: &mut weir::KeyedContext<'_, u64>,
         out: &mut weir::Collector<'_, u64>,
     ) -> Result<(), weir::BoxError> {
-        if value.is_multiple_of(16) {
+        let backlog = self
+            .drained
+            .as_ref()
+            .is_some_and(|d| !d.load(Ordering::SeqCst));
+        if backlog {
+            std::thread::sleep(Duration::from_millis(2));
+        } else if value.is_multiple_of(16) {
             std::thread::sleep(Duration::from_micros(500));
         }
         out.collect(value);
@@ -227,10 +251,12 @@ fn in_flight_records_are_replayed_after_rescaling_two_three_one() {
             config(parallelism, checkpoint.clone()).with_resume_from_latest_checkpoint(true),
         )
         .unwrap();
-        build(&env, &sink, &[], &[]);
+        // The run cannot finish, and stays backpressured until the checkpoint is seen.
+        let drained = Arc::new(AtomicBool::new(false));
+        build_with(&env, &sink, &[], &[], Some(drained.clone()));
         let client = env.execute_async("rescaled").unwrap();
         // Cancel once a checkpoint with records in flight is the latest.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
         loop {
             let details = client.details();
             let latest = details.checkpoints.latest_completed();
@@ -244,6 +270,7 @@ fn in_flight_records_are_replayed_after_rescaling_two_three_one() {
             std::thread::sleep(Duration::from_millis(5));
         }
         let result = client.cancel().unwrap();
+        drained.store(true, Ordering::SeqCst);
         replayed += result
             .checkpoints
             .latest_completed()

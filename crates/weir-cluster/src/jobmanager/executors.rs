@@ -35,10 +35,12 @@ impl ClusterTaskExecutors {
         Self { shared }
     }
 
-    /// Waits (briefly: the JobManager deploys only once enough slots are offered) until the
-    /// registered TaskManagers offer `needed` slots.
+    /// Waits until the registered TaskManagers offer `needed` slots. The JobManager deploys
+    /// only once enough are offered, so this waits only when a TaskManager went away in
+    /// between; as long as the slot request timeout (`--slot-timeout-ms`), as that check does,
+    /// so that a TaskManager slow to register again on a busy machine costs no restart.
     fn await_slots(&self, needed: u32) -> Result<(), DeployError> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + self.shared.config.slot_timeout;
         let mut state = self.shared.lock();
         let mut logged = false;
         while state.registry.total_slots() < needed {

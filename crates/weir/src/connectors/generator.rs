@@ -3,6 +3,7 @@
 //! readers; a split's position is the next number, so replay after a restore is exact.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -53,8 +54,16 @@ impl SourceSplit for NumberSequenceSplit {
 pub struct GeneratorSource<T, F> {
     count: Option<u64>,
     records_per_second: Option<f64>,
+    held_tail: Option<HeldTail>,
     f: F,
     _record: PhantomData<fn() -> T>,
+}
+
+/// The last numbers of each split, withheld until `release` says so.
+#[derive(Clone)]
+struct HeldTail {
+    numbers: u64,
+    release: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> {
@@ -63,6 +72,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> 
         Self {
             count: Some(count),
             records_per_second: None,
+            held_tail: None,
             f,
             _record: PhantomData,
         }
@@ -73,6 +83,7 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> 
         Self {
             count: None,
             records_per_second: None,
+            held_tail: None,
             f,
             _record: PhantomData,
         }
@@ -81,6 +92,44 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> 
     /// Limits the total rate over all readers to `records_per_second`.
     pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.records_per_second = Some(records_per_second);
+        self
+    }
+
+    /// Withholds the last `numbers` numbers of each split (all of them, if a split is
+    /// shorter) until `release` returns true; until then the source does not end. Meant for
+    /// tests and demos that must act while the job still runs — take a savepoint, stop it,
+    /// kill its process after a checkpoint — whatever the machine's speed: instead of a rate
+    /// chosen so that the input lasts long enough, the input lasts until the test has seen
+    /// what it waits for. Barriers, savepoints and stops pass while numbers are held.
+    /// `release` is called on every poll while it is false, so keep it cheap.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    /// let released = Arc::new(AtomicBool::new(false));
+    /// let release = released.clone();
+    /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2))?;
+    /// let numbers = GeneratorSource::new(100, |i| i)
+    ///     .with_held_tail(10, move || release.load(Ordering::SeqCst));
+    /// env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+    ///     .sink_to(DiscardingSink, "discard");
+    /// let client = env.execute_async("numbers")?;
+    /// // … act on the running job: it cannot have finished …
+    /// assert!(!client.is_finished());
+    /// released.store(true, Ordering::SeqCst);
+    /// assert_eq!(client.wait()?.status, JobStatus::Finished);
+    /// # Ok::<(), WeirError>(())
+    /// ```
+    pub fn with_held_tail(
+        mut self,
+        numbers: u64,
+        release: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.held_tail = Some(HeldTail {
+            numbers,
+            release: Arc::new(release),
+        });
         self
     }
 }
@@ -126,6 +175,8 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
         let limiter = RateLimiter::new(self.records_per_second, context.parallelism());
         Ok(GeneratorReader {
             f: self.f.clone(),
+            held_tail: self.held_tail.clone(),
+            holding: false,
             splits: SplitQueue::default(),
             context,
             limiter,
@@ -137,6 +188,10 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> Source for GeneratorSo
 /// Reads the number ranges assigned to one subtask.
 pub struct GeneratorReader<T, F> {
     f: F,
+    /// Numbers withheld until released (`None`: none, or released).
+    held_tail: Option<HeldTail>,
+    /// Whether the last poll found only held numbers.
+    holding: bool,
     splits: SplitQueue<NumberSequenceSplit>,
     context: SourceReaderContext,
     limiter: RateLimiter,
@@ -158,8 +213,20 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
         let Some(split) = self.splits.front_mut() else {
             return Ok(InputStatus::NothingAvailable);
         };
+        let limit = match &self.held_tail {
+            Some(held) if (held.release)() => {
+                self.held_tail = None;
+                split.end
+            }
+            Some(held) => split.end.saturating_sub(held.numbers),
+            None => split.end,
+        };
+        self.holding = split.next >= limit;
+        if self.holding {
+            return Ok(InputStatus::NothingAvailable);
+        }
         output.for_split(&split.split_id());
-        let n = allowed.min(split.end - split.next);
+        let n = allowed.min(limit - split.next);
         let (from, f) = (split.next, &self.f);
         for i in from..from + n {
             output.collect(f(i));
@@ -174,6 +241,10 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
     }
 
     fn poll_delay(&self) -> Duration {
+        if self.holding {
+            // Waiting for the release: a test's event, not the next record.
+            return Duration::from_millis(5);
+        }
         self.limiter.delay(Duration::from_millis(1))
     }
 
