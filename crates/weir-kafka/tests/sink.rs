@@ -206,6 +206,10 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = options(&input, &output);
     options.checkpoint_dir = Some(dir.path().to_path_buf());
+    // Unbounded, so that no run can end before the test stops it, however slow the machine
+    // (the last one is cancelled once its output is complete); throttled, so that the first
+    // two usually read a part of the input each (the test does not depend on it).
+    options.bounded = false;
     options.rate = Some(10_000.0);
     let mut savepoint = None;
     for parallelism in [2, 3] {
@@ -220,10 +224,23 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
         // took over a second to read its first record, which a fixed sleep did not cover).
         common::wait_until(
             || weir_testkit::latest_checkpoint(dir.path(), word_count::JOB_NAME) >= before + 2,
-            Duration::from_secs(30),
+            Duration::from_secs(300),
             "two checkpoints of the run",
         );
-        std::thread::sleep(Duration::from_millis(300));
+        // And reading: the source reported records sent on.
+        common::wait_until(
+            || {
+                client
+                    .details()
+                    .vertices
+                    .iter()
+                    .filter(|v| v.name.starts_with("Source: words"))
+                    .filter_map(|v| v.metrics.as_ref())
+                    .any(|m| m.records_out > 0)
+            },
+            Duration::from_secs(300),
+            "records read",
+        );
         let (path, result) = client.stop_with_savepoint().expect("stop with savepoint");
         assert!(
             result
@@ -237,11 +254,42 @@ fn exactly_once_output_survives_rescaling_2_to_3_to_1_through_savepoints() {
     options.parallelism = 1;
     options.rate = None;
     options.restore_from = savepoint;
-    word_count::build(&options)
+    let client = word_count::build(&options)
         .expect("build")
-        .execute(word_count::JOB_NAME)
-        .expect("final run");
+        .execute_async(word_count::JOB_NAME)
+        .expect("final run starts");
+    // Cancelled once every word's last count is committed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !last_counts_committed(&options, &expected) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting for the last counts"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    client.cancel().expect("final run");
     verify(&options, &expected);
+}
+
+/// Whether every word's count in `expected` (or a higher one) is committed.
+fn last_counts_committed(
+    options: &WordCountOptions,
+    expected: &std::collections::HashMap<String, u64>,
+) -> bool {
+    let committed = word_count::committed_counts(
+        &options.bootstrap_servers,
+        &options.output_topic,
+        PARTITIONS,
+    )
+    .expect("read output");
+    let mut last: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for (word, count) in &committed {
+        let top = last.entry(word.as_str()).or_default();
+        *top = (*top).max(*count);
+    }
+    expected
+        .iter()
+        .all(|(word, n)| last.get(word.as_str()).is_some_and(|top| top >= n))
 }
 
 /// The summed value of user metric `name` over the subtasks of the operators named like

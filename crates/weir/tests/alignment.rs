@@ -90,7 +90,8 @@ fn two_input_operator_state_matches_source_positions_at_every_checkpoint() {
         })
         .uid("tally");
     let client = env.execute_async("alignment").unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // Cancelled once five checkpoints completed, however long a loaded machine takes.
+    common::await_checkpoints(&client, 5);
     let result = client.cancel().unwrap();
     assert!(result.checkpoints.completed >= 5, "{}", result.checkpoints);
 

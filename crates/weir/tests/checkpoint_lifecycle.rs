@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir::WatermarkStrategy;
@@ -82,7 +82,11 @@ fn checkpoints_that_exceed_the_timeout_expire() {
     .process(SlowSnapshot(Duration::from_millis(80)))
     .sink_to(DiscardingSink, "discard");
     let client = env.execute_async("slow").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // A snapshot takes 80 ms, more than the timeout: every checkpoint expires, and the job is
+    // cancelled once one has, however slow the machine.
+    common::wait_until("an expired checkpoint", || {
+        client.checkpoint_history().unwrap().failed >= 1
+    });
     let result = client.cancel().unwrap();
     let history = &result.checkpoints;
     assert!(history.failed >= 1, "{history}");
@@ -117,19 +121,94 @@ fn too_many_failed_checkpoints_fail_the_job() {
     );
 }
 
+/// Passes records on; notes the newest checkpoint it took its snapshot for.
+#[derive(Clone)]
+struct NoteSnapshot(Arc<AtomicU64>);
+
+impl ProcessFunction<u64, u64> for NoteSnapshot {
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        out.collect(v);
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let id = ctx.checkpoint_id().ok_or("no checkpoint id")?;
+        self.0.fetch_max(id, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Passes records on; its snapshot for checkpoint n waits until the upstream task took its
+/// snapshot for n + 2 (or `released` says the test has seen enough), so that checkpoint n
+/// is still in flight when n + 1 and n + 2 start.
+#[derive(Clone)]
+struct AwaitLater {
+    upstream: Arc<AtomicU64>,
+    released: Arc<AtomicBool>,
+}
+
+impl ProcessFunction<u64, u64> for AwaitLater {
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        out.collect(v);
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
+        let id = ctx.checkpoint_id().ok_or("no checkpoint id")?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while self.upstream.load(Ordering::SeqCst) < id + 2 && !self.released.load(Ordering::SeqCst)
+        {
+            if Instant::now() > deadline {
+                return Err(format!("checkpoint {} never started", id + 2).into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}
+
 #[test]
 fn concurrent_checkpoints_overlap() {
     let checkpoint = CheckpointConfig::default()
         .with_interval(Duration::from_millis(10))
         .with_max_concurrent(3)
         .with_storage(CheckpointStorageConfig::Memory);
-    let result = slow_job(
-        checkpoint,
-        RestartStrategyConfig::None,
-        Duration::from_millis(25),
-        5_000,
+    let config = ExecutionConfig::default()
+        .with_parallelism(1)
+        .with_checkpointing(checkpoint)
+        .with_restart_strategy(RestartStrategyConfig::None);
+    let env = StreamExecutionEnvironment::new(config).unwrap();
+    let upstream = Arc::new(AtomicU64::new(0));
+    let released = Arc::new(AtomicBool::new(false));
+    let release = released.clone();
+    // The last numbers wait until three checkpoints completed, each only once the next two
+    // had started.
+    env.from_source(
+        GeneratorSource::new(5_000, |i| i)
+            .with_held_tail(4_000, move || release.load(Ordering::SeqCst)),
+        WatermarkStrategy::no_watermarks(),
+        "numbers",
     )
-    .unwrap();
+    .process(NoteSnapshot(upstream.clone()))
+    .process(AwaitLater {
+        upstream,
+        released: released.clone(),
+    })
+    // In a task of its own: the source's task goes on taking snapshots while it waits.
+    .start_new_chain()
+    .sink_to(DiscardingSink, "discard");
+    let client = env.execute_async("overlap").unwrap();
+    common::await_checkpoints(&client, 3);
+    released.store(true, Ordering::SeqCst);
+    let result = client.wait().unwrap();
     let done: Vec<_> = result
         .checkpoints
         .recent
@@ -177,7 +256,7 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
         .with_checkpointing(
             CheckpointConfig::default()
                 .with_interval(Duration::from_millis(15))
-                .with_timeout(Duration::from_millis(40))
+                .with_timeout(Duration::from_secs(1))
                 .with_tolerable_failures(1000)
                 .with_retained(2)
                 .with_retention_on_cancel(RetentionOnCancel::Retain)
@@ -186,10 +265,12 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
                 )),
         );
     let env = StreamExecutionEnvironment::new(config).unwrap();
-    // Snapshots alternate between fast and too slow, so some checkpoints expire.
+    // Snapshots alternate between fast and too slow, so some checkpoints expire: a slow one
+    // waits until the test saw a checkpoint expire (after which none is slow).
     let slow = Arc::new(AtomicBool::new(false));
+    let expired = Arc::new(AtomicBool::new(false));
     #[derive(Clone)]
-    struct Alternating(Arc<AtomicBool>);
+    struct Alternating(Arc<AtomicBool>, Arc<AtomicBool>);
     impl ProcessFunction<u64, u64> for Alternating {
         fn process_element(
             &mut self,
@@ -202,7 +283,13 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
         }
         fn snapshot_state(&mut self, _: &mut FunctionStateContext<'_>) -> Result<(), BoxError> {
             if !self.0.fetch_xor(true, Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(60));
+                let deadline = Instant::now() + Duration::from_secs(300);
+                while !self.1.load(Ordering::SeqCst) {
+                    if Instant::now() > deadline {
+                        return Err("no checkpoint expired".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
             Ok(())
         }
@@ -212,10 +299,15 @@ fn aborted_checkpoints_are_removed_and_only_the_retained_kept() {
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
-    .process(Alternating(slow))
+    .process(Alternating(slow, expired.clone()))
     .sink_to(DiscardingSink, "discard");
     let client = env.execute_async("cleanup").unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    common::wait_until("an expired checkpoint", || {
+        client.checkpoint_history().unwrap().failed >= 1
+    });
+    expired.store(true, Ordering::SeqCst);
+    // Three more, so that one of them is subsumed.
+    common::await_checkpoints(&client, 3);
     let result = client.cancel().unwrap();
     assert!(
         result.checkpoints.failed >= 1 && result.checkpoints.completed >= 2,
@@ -280,7 +372,7 @@ fn checkpoint_ids_keep_growing_across_runs_of_a_job() {
         )
         .sink_to(DiscardingSink, "discard");
         let client = env.execute_async("ids").unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        common::await_checkpoints(&client, 1);
         let result = client.cancel().unwrap();
         let ids: Vec<u64> = result.checkpoints.recent.iter().map(|s| s.id).collect();
         assert!(!ids.is_empty(), "run {run}");
@@ -636,6 +728,30 @@ fn invalid_checkpoint_configurations_are_rejected() {
     assert!(StreamExecutionEnvironment::new(bad).is_err());
 }
 
+/// Passes numbers on; says when its input ended.
+#[derive(Clone)]
+struct NoteEnd(Arc<AtomicBool>);
+
+impl ProcessFunction<u64, u64> for NoteEnd {
+    fn process_element(
+        &mut self,
+        v: u64,
+        _: &mut ProcessContext<'_>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        out.collect(v);
+        Ok(())
+    }
+    fn end_input(
+        &mut self,
+        _: &RuntimeContext,
+        _: &mut Collector<'_, u64>,
+    ) -> Result<(), BoxError> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 #[test]
 fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
     let config = ExecutionConfig::default()
@@ -646,7 +762,10 @@ fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
                 .with_storage(CheckpointStorageConfig::Memory),
         );
     let env = StreamExecutionEnvironment::new(config).unwrap();
-    let bounded = env.from_collection((0..10u64).collect());
+    let ended = Arc::new(AtomicBool::new(false));
+    let bounded = env
+        .from_collection((0..10u64).collect())
+        .process(NoteEnd(ended.clone()));
     let endless = env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
         WatermarkStrategy::no_watermarks(),
@@ -654,10 +773,15 @@ fn checkpoints_go_on_after_a_bounded_source_reads_all_its_input() {
     );
     bounded.union(&endless).sink_to(DiscardingSink, "discard");
     let client = env.execute_async("mixed").unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // Five checkpoints complete after the bounded source's task ended its input.
+    common::wait_until("the end of the bounded input", || {
+        ended.load(Ordering::SeqCst)
+    });
+    let before = client.checkpoint_history().unwrap().completed;
+    common::await_checkpoints(&client, before + 5);
     let result = client.cancel().unwrap();
     let history = &result.checkpoints;
-    assert!(history.completed >= 5, "{history}");
+    assert!(history.completed >= before + 5, "{history}");
     // Only a checkpoint still in flight when the job was cancelled may have failed.
     let unexpected: Vec<_> = history
         .recent
@@ -682,24 +806,37 @@ fn a_corrupt_restore_point_is_an_error() {
                     )),
             )
     };
-    let build = |env: &StreamExecutionEnvironment| {
-        env.from_source(
-            GeneratorSource::new(1_000_000, |i| i).with_rate_limit(50_000.0),
-            WatermarkStrategy::no_watermarks(),
-            "numbers",
-        )
-        .key_by(|i: &u64| i % 100)
-        .count()
-        .sink_to(DiscardingSink, "discard");
+    // With `held`, the last half of the numbers is withheld for good; `read` counts the rest.
+    let build = |env: &StreamExecutionEnvironment, held: bool, read: &Arc<AtomicU64>| {
+        let mut numbers = GeneratorSource::new(20_000, (|i| i) as fn(u64) -> u64);
+        if held {
+            numbers = numbers.with_held_tail(10_000, || false);
+        }
+        let read = read.clone();
+        env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+            .map(move |i: u64| {
+                read.fetch_add(1, Ordering::SeqCst);
+                i
+            })
+            .key_by(|i: &u64| i % 100)
+            .count()
+            .sink_to(DiscardingSink, "discard");
     };
     let env = StreamExecutionEnvironment::new(config()).unwrap();
-    build(&env);
+    let read = Arc::new(AtomicU64::new(0));
+    build(&env, true, &read);
     let client = env.execute_async("corrupt restore").unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // Stopped once the count has keyed state (the savepoint's barrier follows the numbers
+    // read) and the job runs (a checkpoint completed); it cannot have ended.
+    common::wait_until("the first half read", || {
+        read.load(Ordering::SeqCst) >= 10_000
+    });
+    common::await_checkpoints(&client, 1);
     let (savepoint, _) = client.stop_with_savepoint().unwrap();
     damage(savepoint.path(), Damage::NewestStateFiles);
     let env = StreamExecutionEnvironment::new(config().with_restore(&savepoint)).unwrap();
-    build(&env);
+    // Nothing withheld: had the restore succeeded, the job would end.
+    build(&env, false, &Arc::default());
     let err = env.execute("corrupt restore").unwrap_err();
     let text = err.to_string();
     assert!(text.contains("is corrupt"), "{text}");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,10 +128,11 @@ fn keyed_co_processing_is_exactly_once_across_failures() {
 }
 
 /// Sets an event-time timer at 500 at the first input's first record; reports the watermark
-/// it fires at.
+/// it fires at, and counts the records of each input.
 #[derive(Clone)]
 struct TimerAt500 {
     fired: Arc<Mutex<Vec<i64>>>,
+    records: Arc<[AtomicU64; 2]>,
 }
 
 impl KeyedCoProcessFunction<u8, i64, i64, ()> for TimerAt500 {
@@ -144,6 +145,7 @@ impl KeyedCoProcessFunction<u8, i64, i64, ()> for TimerAt500 {
         if t == 0 {
             ctx.timer_service().register_event_time_timer(500)?;
         }
+        self.records[0].fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     fn process_element2(
@@ -152,6 +154,7 @@ impl KeyedCoProcessFunction<u8, i64, i64, ()> for TimerAt500 {
         _: &mut KeyedContext<'_, u8>,
         _: &mut Collector<'_, ()>,
     ) -> Result<(), BoxError> {
+        self.records[1].fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     fn on_timer(
@@ -176,10 +179,16 @@ impl WatermarkGenerator for AtEach {
 }
 
 /// The first input runs to 1 000 and ends; the second, unbounded, stays at `second_time`.
+/// Returns what fired once the operator has taken in a watermark of at least 900 on the first
+/// input (the one after record 900 comes before record 1 000) and one on the second (the one
+/// after its first record comes before its second): a timer the watermark passed has fired
+/// by then, and one it has not passed never fires, as neither input's watermark moves again
+/// but to the first one's end.
 fn fired_with_second_input_at(second_time: i64) -> Vec<i64> {
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
     let fired = Arc::new(Mutex::new(Vec::new()));
+    let records: Arc<[AtomicU64; 2]> = Arc::default();
     let strategy =
         || WatermarkStrategy::for_generator(|| AtEach).with_timestamp_assigner(|t: &i64, _| *t);
     let first = env.from_source(
@@ -197,10 +206,14 @@ fn fired_with_second_input_at(second_time: i64) -> Vec<i64> {
         .key_by(|_: &i64| 0u8, |_: &i64| 0u8)
         .process(TimerAt500 {
             fired: fired.clone(),
+            records: records.clone(),
         })
         .sink_to(DiscardingSink, "out");
     let client = env.execute_async("two watermarks").unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    common::wait_until(
+        "all of the first input and two records of the second",
+        || records[0].load(Ordering::SeqCst) == 11 && records[1].load(Ordering::SeqCst) >= 2,
+    );
     client.cancel().unwrap();
     let fired = fired.lock().unwrap().clone();
     fired
@@ -209,10 +222,10 @@ fn fired_with_second_input_at(second_time: i64) -> Vec<i64> {
 #[test]
 fn the_watermark_of_a_two_input_operator_is_the_lower_of_its_inputs() {
     // The second input holds event time at 50: the timer at 500 waits, although the first
-    // input has passed it and ended.
+    // input has passed it.
     assert_eq!(fired_with_second_input_at(50), Vec::<i64>::new());
     // At 2 000 the second input no longer holds it back: the timer fires once the first
-    // input's watermark passes 500 (at its end, the end of time for that input).
+    // input's watermark passes 500.
     let fired = fired_with_second_input_at(2_000);
     assert_eq!(fired.len(), 1, "{fired:?}");
     assert!(fired[0] >= 500, "{fired:?}");

@@ -3,6 +3,7 @@
 //! snapshotted; a reader error fails the job with the source's name.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use weir::connectors::source::{
@@ -33,6 +34,8 @@ struct FilesSource {
     lines_per_file: u32,
     /// Line after which reading fails, to test error reporting.
     fail_at: Option<(u32, u32)>,
+    /// What each reader was told of the readers that hold splits: (subtask, readers).
+    sharing: Arc<Mutex<Vec<(u32, u32)>>>,
 }
 
 struct FilesReader {
@@ -41,6 +44,7 @@ struct FilesReader {
     waiting: bool,
     done: bool,
     fail_at: Option<(u32, u32)>,
+    sharing: Arc<Mutex<Vec<(u32, u32)>>>,
 }
 
 impl Source for FilesSource {
@@ -75,6 +79,7 @@ impl Source for FilesSource {
             waiting: false,
             done: false,
             fail_at: self.fail_at,
+            sharing: self.sharing.clone(),
         })
     }
 }
@@ -113,6 +118,10 @@ impl SourceReader for FilesReader {
         }
         Ok(InputStatus::MoreAvailable)
     }
+    fn set_readers_sharing(&mut self, readers: u32) {
+        let subtask = self.context.subtask_index();
+        self.sharing.lock().unwrap().push((subtask, readers));
+    }
     fn add_splits(&mut self, splits: Vec<LinesSplit>) -> Result<(), BoxError> {
         self.splits.extend(splits);
         self.waiting = false;
@@ -137,6 +146,7 @@ fn every_split_is_read_exactly_once_by_pulling_readers() {
         files: 7,
         lines_per_file: 123,
         fail_at: None,
+        sharing: Arc::default(),
     };
     let out = env
         .from_source(source, WatermarkStrategy::no_watermarks(), "files")
@@ -158,6 +168,7 @@ fn restored_split_resumes_at_its_offset_and_snapshots_progress() {
         files: 1,
         lines_per_file: 25,
         fail_at: None,
+        sharing: Arc::default(),
     };
     let (requests, inbox) = crossbeam_channel::unbounded();
     let mut reader = source
@@ -191,6 +202,7 @@ fn reader_error_fails_the_job_naming_the_source() {
         FilesSource {
             files: 3,
             lines_per_file: 50,
+            sharing: Arc::default(),
             fail_at: Some((1, 42)),
         },
         WatermarkStrategy::no_watermarks(),
@@ -207,4 +219,33 @@ fn reader_error_fails_the_job_naming_the_source() {
         }
         other => panic!("expected failure, got {other:?}"),
     }
+}
+
+/// A rate given for the whole source is shared among the readers that hold splits: with one
+/// split for three readers, every reader is told that one reader reads, so the one that
+/// does takes the whole rate.
+#[test]
+fn readers_are_told_how_many_of_them_hold_splits() {
+    let sharing: Arc<Mutex<Vec<(u32, u32)>>> = Arc::default();
+    let source = FilesSource {
+        files: 1,
+        lines_per_file: 50,
+        fail_at: None,
+        sharing: sharing.clone(),
+    };
+    let env =
+        StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(3)).unwrap();
+    let lines = env
+        .from_source(source, WatermarkStrategy::no_watermarks(), "files")
+        .collect();
+    env.execute("sharing").unwrap();
+    assert_eq!(lines.take().len(), 50);
+    let told = sharing.lock().unwrap().clone();
+    for subtask in 0..3 {
+        assert!(
+            told.contains(&(subtask, 1)),
+            "reader {subtask} was told that one reader holds splits: {told:?}"
+        );
+    }
+    assert!(told.iter().all(|(_, readers)| *readers == 1), "{told:?}");
 }

@@ -1,6 +1,8 @@
 //! Event time at the sources: per-split watermarks, idleness, the end of input, and
 //! generators whose watermarks go backwards.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -26,16 +28,26 @@ impl SourceSplit for TimeSplit {
     }
 }
 
-/// Reads all its splits round-robin, ten records per split and millisecond.
+/// Reads all its splits round-robin, ten records per split and millisecond, once it has been
+/// assigned all of them. Once `ticked` says that event time was emitted periodically after the
+/// last record, it sends two markers on the split that ended last, at its last timestamp: a
+/// round-robin shuffle gives one to each of two subtasks, after every watermark emitted so far.
 #[derive(Clone)]
 struct QuietingSource {
     splits: Vec<TimeSplit>,
+    ticked: Arc<AtomicBool>,
 }
 
 struct QuietingReader {
     splits: Vec<TimeSplit>,
+    expected: usize,
     next_poll: std::time::Instant,
+    ticked: Arc<AtomicBool>,
+    markers_sent: bool,
 }
+
+/// The name the markers carry.
+const MARKER: &str = "marker";
 
 impl Source for QuietingSource {
     type Output = (String, i64);
@@ -63,7 +75,10 @@ impl Source for QuietingSource {
         }
         Ok(QuietingReader {
             splits: Vec::new(),
+            expected: self.splits.len(),
             next_poll: std::time::Instant::now(),
+            ticked: self.ticked.clone(),
+            markers_sent: false,
         })
     }
 }
@@ -76,6 +91,10 @@ impl SourceReader for QuietingReader {
         &mut self,
         output: &mut Collector<'_, (String, i64)>,
     ) -> Result<InputStatus, BoxError> {
+        // Side by side from the first record, however far apart the assignments come.
+        if self.splits.len() < self.expected {
+            return Ok(InputStatus::NothingAvailable);
+        }
         let now = std::time::Instant::now();
         if now < self.next_poll {
             return Ok(InputStatus::NothingAvailable);
@@ -91,6 +110,16 @@ impl SourceReader for QuietingReader {
                 output.collect((split.name.clone(), split.next));
                 split.next += split.step;
                 emitted = true;
+            }
+        }
+        if !emitted && !self.markers_sent && self.ticked.load(Ordering::SeqCst) {
+            self.markers_sent = true;
+            if let Some(last) = self.splits.iter().max_by_key(|s| s.last) {
+                output.for_split(&last.name);
+                for _ in 0..2 {
+                    output.collect((MARKER.to_string(), last.last));
+                }
+                return Ok(InputStatus::MoreAvailable);
             }
         }
         Ok(if emitted {
@@ -109,6 +138,28 @@ impl SourceReader for QuietingReader {
     }
 }
 
+/// Bounded out-of-orderness without disorder (the watermark trails the highest timestamp by
+/// 1 ms), which sets `ticked` at its first periodic emission after it saw `last`.
+struct TicksAfter {
+    inner: weir::time::BoundedOutOfOrderness,
+    last: i64,
+    seen_last: bool,
+    ticked: Arc<AtomicBool>,
+}
+
+impl WatermarkGenerator for TicksAfter {
+    fn on_event(&mut self, timestamp: i64, output: &mut WatermarkOutput) {
+        self.seen_last |= timestamp >= self.last;
+        self.inner.on_event(timestamp, output);
+    }
+    fn on_periodic_emit(&mut self, output: &mut WatermarkOutput) {
+        self.inner.on_periodic_emit(output);
+        if self.seen_last {
+            self.ticked.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 fn split(name: &str, step: i64, last: i64) -> TimeSplit {
     TimeSplit {
         name: name.into(),
@@ -118,31 +169,64 @@ fn split(name: &str, step: i64, last: i64) -> TimeSplit {
     }
 }
 
-/// Runs a busy split (timestamps up to 100 000, for about 100 ms) beside a quiet one (a
+/// Runs a busy split (timestamps up to 100 000, for 100 ms at least) beside a quiet one (a
 /// single record at 0), cancels the job once both have gone quiet, and returns the watermark
-/// the operator after a shuffle reached.
+/// the operator after a shuffle reached: once event time was emitted after the busy split's
+/// last record (with idleness, the quiet split is idle by then: it has had no record for
+/// 100 ms), and each subtask of the operator has taken in what was emitted up to then (it has
+/// seen a marker sent after it).
 fn watermark_after_quiet_split(idleness: Option<Duration>) -> Option<Watermark> {
+    const LAST: i64 = 100_000;
     let config = ExecutionConfig::default()
         .with_parallelism(1)
         .with_auto_watermark_interval(Duration::from_millis(5));
     let env = StreamExecutionEnvironment::new(config).unwrap();
-    let mut strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
-        .with_timestamp_assigner(|record: &(String, i64), _| record.1);
+    let ticked = Arc::new(AtomicBool::new(false));
+    let generator_ticked = ticked.clone();
+    let mut strategy = WatermarkStrategy::for_generator(move || TicksAfter {
+        inner: weir::time::BoundedOutOfOrderness::new(Duration::ZERO),
+        last: LAST,
+        seen_last: false,
+        ticked: generator_ticked.clone(),
+    })
+    .with_timestamp_assigner(|record: &(String, i64), _| record.1);
     if let Some(timeout) = idleness {
         strategy = strategy.with_idleness(timeout);
     }
     let source = QuietingSource {
-        splits: vec![split("busy", 100, 100_000), split("quiet", 1, 0)],
+        splits: vec![split("busy", 100, LAST), split("quiet", 1, 0)],
+        ticked,
     };
+    let markers = Arc::new(AtomicUsize::new(0));
+    let seen = markers.clone();
     env.from_source(source, strategy, "times")
         .rebalance()
-        .map(|record| record.1)
+        .map(move |record: (String, i64)| {
+            if record.0 == MARKER {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            record.1
+        })
         .parallelism(2)
         .sink_to(DiscardingSink, "out");
     let client = env.execute_async("quiet split").unwrap();
-    std::thread::sleep(Duration::from_millis(1_500));
+    wait_until("a marker at each subtask", || {
+        markers.load(Ordering::SeqCst) == 2
+    });
     let result = client.cancel().unwrap();
     result.operator("Map").unwrap().watermark
+}
+
+/// Waits until `done` holds; the five-minute limit only guards against a hang.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -199,7 +283,8 @@ fn a_generator_going_backwards_is_ignored_and_counted() {
 fn assigned_timestamps_get_periodic_watermarks_while_the_stream_runs() {
     let config = ExecutionConfig::default()
         .with_parallelism(1)
-        .with_auto_watermark_interval(Duration::from_millis(10));
+        .with_auto_watermark_interval(Duration::from_millis(10))
+        .with_metrics_update_interval(Duration::from_millis(20));
     let env = StreamExecutionEnvironment::new(config).unwrap();
     env.from_source(
         GeneratorSource::unbounded(|i| i as i64 * 10).with_rate_limit(2_000.0),
@@ -214,11 +299,21 @@ fn assigned_timestamps_get_periodic_watermarks_while_the_stream_runs() {
     .parallelism(2)
     .sink_to(DiscardingSink, "out");
     let client = env.execute_async("periodic").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Cancelled once the map's published event time passed 100, however slow the machine.
+    wait_until("the map's watermark past 100", || {
+        client
+            .details()
+            .vertices
+            .iter()
+            .find(|v| v.operators.iter().any(|o| o == "Map"))
+            .and_then(|v| v.metrics.as_ref())
+            .and_then(|m| m.watermark)
+            .is_some_and(|w| w > 100)
+    });
     let result = client.cancel().unwrap();
     let watermark = result.operator("Map").unwrap().watermark;
-    // Hundreds of records at 10 ms of event time each: the watermark has moved well past 0,
-    // without any end of input.
+    // Records at 10 ms of event time each: the watermark has moved well past 0, without any
+    // end of input.
     assert!(
         watermark.is_some_and(|w| w.timestamp > 100 && w < Watermark::MAX),
         "{watermark:?}"

@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir::WatermarkStrategy;
@@ -45,13 +45,23 @@ fn expected_lines() -> HashMap<String, usize> {
 
 /// Runs the keyed count into `sink` with two injected failures.
 fn run_into<S: Sink<String>>(sink: S) -> weir::JobExecutionResult {
+    run_into_releasing(sink, || true)
+}
+
+/// [`run_into`], the last 500 numbers of each split withheld until `release` says so.
+fn run_into_releasing<S: Sink<String>>(
+    sink: S,
+    release: impl Fn() -> bool + Send + Sync + 'static,
+) -> weir::JobExecutionResult {
     let env = StreamExecutionEnvironment::new(config()).unwrap();
     let failures = Arc::new([
         (2_000u64, AtomicBool::new(false)),
         (5_000, AtomicBool::new(false)),
     ]);
     env.from_source(
-        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(30_000.0),
+        GeneratorSource::new(RECORDS, |i| i)
+            .with_rate_limit(30_000.0)
+            .with_held_tail(500, release),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
@@ -99,9 +109,12 @@ fn readers_never_see_partial_or_uncommitted_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_path_buf();
     // The watcher looks until the job has ended, however long a loaded machine makes it (a
-    // fixed 0.6 s once ended before the first commit).
+    // fixed 0.6 s once ended before the first commit); the job cannot end before the watcher
+    // saw a committed file (the last numbers wait for it).
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let running = done.clone();
+    let saw_one = Arc::new(AtomicBool::new(false));
+    let saw = saw_one.clone();
     let watcher = std::thread::spawn(move || {
         let mut seen: HashMap<std::path::PathBuf, String> = HashMap::new();
         while !running.load(std::sync::atomic::Ordering::SeqCst) {
@@ -119,12 +132,17 @@ fn readers_never_see_partial_or_uncommitted_files() {
                         assert_eq!(before, text, "committed file {} changed", f.display());
                     }
                 }
+                if !seen.is_empty() {
+                    saw.store(true, Ordering::SeqCst);
+                }
             }
             std::thread::sleep(Duration::from_millis(3));
         }
         seen.len()
     });
-    run_into(FileSink::<String>::lines(dir.path()));
+    run_into_releasing(FileSink::<String>::lines(dir.path()), move || {
+        saw_one.load(Ordering::SeqCst)
+    });
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(
         watcher.join().unwrap() > 0,
@@ -184,10 +202,14 @@ fn file_sink_rolls_parts_by_age() {
                 .with_storage(CheckpointStorageConfig::Memory),
         );
     let env = StreamExecutionEnvironment::new(config).unwrap();
+    let rollover = Duration::from_millis(30);
+    // The last 200 numbers wait until the part the first 200 went to is older than the
+    // rollover interval, however the machine delivers the records.
+    let released = Arc::new(AtomicBool::new(false));
+    let release = released.clone();
     env.from_source(
-        // 400 ms of input for parts that roll after 30 ms: several rolls even when a loaded
-        // machine delivers the records in bursts (at 200 ms, CI once saw only two parts).
-        GeneratorSource::new(400, |i| i).with_rate_limit(1_000.0),
+        GeneratorSource::new(400, |i| i)
+            .with_held_tail(200, move || release.load(Ordering::SeqCst)),
         WatermarkStrategy::no_watermarks(),
         "numbers",
     )
@@ -195,11 +217,21 @@ fn file_sink_rolls_parts_by_age() {
     .sink_to(
         FileSink::<String>::lines(dir.path()).with_rolling_policy(RollingPolicy {
             max_part_size: None,
-            rollover_interval: Some(Duration::from_millis(30)),
+            rollover_interval: Some(rollover),
         }),
         "output",
     );
-    env.execute("rolling").unwrap();
+    let client = env.execute_async("rolling").unwrap();
+    common::wait_until("an open part", || {
+        hidden_files(dir.path())
+            .iter()
+            .any(|name| name.ends_with(".inprogress"))
+    });
+    // The part was opened before it was seen: after the rollover interval it is older than
+    // that (a longer wait only makes it older).
+    std::thread::sleep(rollover);
+    released.store(true, Ordering::SeqCst);
+    client.wait().unwrap();
     // No periodic checkpoint in this short run: the final checkpoint commits every part.
     let parts = committed_files(dir.path()).unwrap();
     // Without rolling by age there would be one part: the final checkpoint's.
@@ -228,32 +260,50 @@ fn file_sink_transactions_survive_rescaling_through_savepoints() {
         }
         config
     };
-    let build = |env: &StreamExecutionEnvironment| {
-        env.from_source(
-            GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
-            WatermarkStrategy::no_watermarks(),
-            "numbers",
-        )
-        .uid("numbers")
-        .key_by(|i: &u64| key_of(*i))
-        .count()
-        .uid("count")
-        .map(|(k, n): (u64, u64)| format!("{k},{n}"))
-        .uid("format")
-        .sink_to(FileSink::<String>::lines(out.path()), "output")
-        .uid("files");
+    // The last `held` numbers of each split withheld for good (none with 0); `formatted`
+    // counts the lines formatted.
+    let build = |env: &StreamExecutionEnvironment, held: u64, formatted: &Arc<AtomicU64>| {
+        let mut numbers = GeneratorSource::new(RECORDS, (|i| i) as fn(u64) -> u64);
+        if held > 0 {
+            numbers = numbers.with_held_tail(held, || false);
+        }
+        let formatted = formatted.clone();
+        env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+            .uid("numbers")
+            .key_by(|i: &u64| key_of(*i))
+            .count()
+            .uid("count")
+            .map(move |(k, n): (u64, u64)| {
+                formatted.fetch_add(1, Ordering::SeqCst);
+                format!("{k},{n}")
+            })
+            .uid("format")
+            .sink_to(FileSink::<String>::lines(out.path()), "output")
+            .uid("files");
     };
+    // Two splits of 6 000: the first run reads 2 000 of each and cannot end, nor can the
+    // second, which reads 2 000 more; each is stopped once it read what it can and completed
+    // a checkpoint.
     let mut restore: Option<weir::Savepoint> = None;
-    for parallelism in [2, 3] {
+    for (parallelism, held) in [(2, 4_000), (3, 2_000)] {
         let env = StreamExecutionEnvironment::new(config(parallelism, restore.as_ref())).unwrap();
-        build(&env);
+        let formatted = Arc::new(AtomicU64::new(0));
+        build(&env, held, &formatted);
         let client = env.execute_async("rescale files").unwrap();
-        std::thread::sleep(Duration::from_millis(150));
+        common::wait_until("the numbers the run can read", || {
+            formatted.load(Ordering::SeqCst) >= 4_000
+        });
+        common::await_checkpoints(&client, 1);
         let (savepoint, _) = client.stop_with_savepoint().unwrap();
+        assert_eq!(
+            formatted.load(Ordering::SeqCst),
+            4_000,
+            "held numbers were read"
+        );
         restore = Some(savepoint);
     }
     let env = StreamExecutionEnvironment::new(config(1, restore.as_ref())).unwrap();
-    build(&env);
+    build(&env, 0, &Arc::default());
     env.execute("rescale files").unwrap();
     if let Some(d) = diff(&expected_lines(), &multiset(&committed_lines(out.path()))) {
         panic!("2 -> 3 -> 1: {d}");

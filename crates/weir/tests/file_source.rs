@@ -351,7 +351,12 @@ fn monitoring_picks_up_new_files() {
         )
         .collect();
     let client = env.execute_async("monitor").unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // The second file appears once the job has read the first, however slow the machine.
+    let mut seen = Vec::new();
+    common::wait_until("the first file's lines", || {
+        seen.extend(out.take());
+        seen.len() >= 2
+    });
     // Written under a hidden name, then renamed, so the source never sees a partial file.
     write(&dir.path().join(".second.tmp"), "c\n");
     std::fs::rename(
@@ -359,7 +364,11 @@ fn monitoring_picks_up_new_files() {
         dir.path().join("second.txt"),
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_until("the second file's line", || {
+        seen.extend(out.take());
+        seen.len() >= 3
+    });
     client.cancel().unwrap();
-    assert_eq!(sorted(out.take()), vec!["a", "b", "c"]);
+    seen.extend(out.take());
+    assert_eq!(sorted(seen), vec!["a", "b", "c"]);
 }

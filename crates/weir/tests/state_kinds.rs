@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir::WatermarkStrategy;
@@ -168,6 +168,8 @@ struct OperatorStateUser {
     subtask: u32,
     seen: u64,
     observed: Observed,
+    /// Records processed, over every subtask.
+    processed: Arc<AtomicU64>,
 }
 
 impl ProcessFunction<u64, u64> for OperatorStateUser {
@@ -192,6 +194,7 @@ impl ProcessFunction<u64, u64> for OperatorStateUser {
         out: &mut Collector<'_, u64>,
     ) -> Result<(), BoxError> {
         self.seen += 1;
+        self.processed.fetch_add(1, Ordering::SeqCst);
         out.collect(v);
         Ok(())
     }
@@ -218,9 +221,11 @@ fn operator_list_state_is_split_and_union_state_is_broadcast_on_rescale() {
             )
     };
     let observed: Observed = Arc::default();
-    let build = |env: &StreamExecutionEnvironment| {
+    // The last 45 000 numbers of each of the two splits are withheld for good: neither run
+    // can end before the test is done with it.
+    let build = |env: &StreamExecutionEnvironment, processed: &Arc<AtomicU64>| {
         env.from_source(
-            GeneratorSource::new(100_000, |i| i).with_rate_limit(20_000.0),
+            GeneratorSource::new(100_000, |i| i).with_held_tail(45_000, || false),
             WatermarkStrategy::no_watermarks(),
             "numbers",
         )
@@ -230,19 +235,30 @@ fn operator_list_state_is_split_and_union_state_is_broadcast_on_rescale() {
             subtask: 0,
             seen: 0,
             observed: observed.clone(),
+            processed: processed.clone(),
         })
         .uid("user");
     };
     let env = StreamExecutionEnvironment::new(config(2)).unwrap();
-    build(&env);
+    let processed = Arc::new(AtomicU64::new(0));
+    build(&env, &processed);
     let client = env.execute_async("operator state").unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Stopped once the subtasks counted all the records they can get and the job runs (a
+    // checkpoint completed).
+    common::wait_until("the records not withheld", || {
+        processed.load(Ordering::SeqCst) >= 10_000
+    });
+    common::await_checkpoints(&client, 1);
     let (savepoint, first) = client.stop_with_savepoint().unwrap();
     let processed_before = first.operator("Process").unwrap().records_in;
+    assert_eq!(processed_before, 10_000);
     let env = StreamExecutionEnvironment::new(config(3).with_restore(&savepoint)).unwrap();
-    build(&env);
+    build(&env, &Arc::default());
     let client = env.execute_async("operator state").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Cancelled once all three subtasks restored their state.
+    common::wait_until("three restored subtasks", || {
+        observed.lock().unwrap().len() >= 3
+    });
     client.cancel().unwrap();
     let observed = observed.lock().unwrap().clone();
     assert_eq!(observed.len(), 3, "{observed:?}");
@@ -304,9 +320,14 @@ fn large_operator_state_goes_to_a_state_file_and_old_subtask_s_to_new_subtask_s_
     let config = |parallelism: u32| {
         ExecutionConfig::default()
             .with_parallelism(parallelism)
-            .with_checkpointing(CheckpointConfig::default().with_storage(
-                CheckpointStorageConfig::FileSystem(dir.path().to_path_buf()),
-            ))
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    // Periodic checkpoints say when the job runs (see below).
+                    .with_interval(Duration::from_millis(50))
+                    .with_storage(CheckpointStorageConfig::FileSystem(
+                        dir.path().to_path_buf(),
+                    )),
+            )
     };
     let found: Blobs = Arc::default();
     let build = |env: &StreamExecutionEnvironment| {
@@ -326,7 +347,8 @@ fn large_operator_state_goes_to_a_state_file_and_old_subtask_s_to_new_subtask_s_
     let env = StreamExecutionEnvironment::new(config(3)).unwrap();
     build(&env);
     let client = env.execute_async("blobs").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Savepoints are refused while the tasks are being deployed: stopped once one completed.
+    common::await_checkpoints(&client, 1);
     let (savepoint, _) = client.stop_with_savepoint().unwrap();
 
     // 40 KB per subtask is above the 20 KiB threshold: the metadata holds references only.
@@ -351,7 +373,8 @@ fn large_operator_state_goes_to_a_state_file_and_old_subtask_s_to_new_subtask_s_
     let env = StreamExecutionEnvironment::new(config(2).with_restore(&savepoint)).unwrap();
     build(&env);
     let client = env.execute_async("blobs").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Cancelled once both subtasks restored their state.
+    common::wait_until("two restored subtasks", || found.lock().unwrap().len() >= 2);
     client.cancel().unwrap();
     let mut found = found.lock().unwrap().clone();
     found.sort();

@@ -5,6 +5,7 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,12 +95,20 @@ fn event_time_timers_fire_in_order_once_when_the_watermark_passes_them() {
     );
 }
 
+/// A reminder that fired: key, how late, whether in processing time, whether on the thread
+/// that processes the subtask's records, and how many records had been processed then.
+type Reminder = (u64, i64, bool, bool, u64);
+
 /// Sets a processing-time timer 20 ms ahead at the first record of each key, and reports the
 /// firing to `fired`.
 #[derive(Clone)]
 struct Remind {
     seen: ValueState<bool>,
-    fired: Arc<Mutex<Vec<(u64, i64, bool)>>>,
+    fired: Arc<Mutex<Vec<Reminder>>>,
+    /// Records processed, over every subtask.
+    processed: Arc<AtomicU64>,
+    /// The thread this subtask processes its records on.
+    thread: Option<std::thread::ThreadId>,
 }
 
 impl KeyedProcessFunction<u64, u64, u64> for Remind {
@@ -109,12 +118,14 @@ impl KeyedProcessFunction<u64, u64, u64> for Remind {
         ctx: &mut KeyedContext<'_, u64>,
         _out: &mut Collector<'_, u64>,
     ) -> Result<(), BoxError> {
+        self.thread = Some(std::thread::current().id());
         if self.seen.value(ctx)?.is_none() {
             self.seen.update(ctx, true)?;
             let now = ctx.timer_service().current_processing_time();
             ctx.timer_service()
                 .register_processing_time_timer(now + 20)?;
         }
+        self.processed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -126,10 +137,14 @@ impl KeyedProcessFunction<u64, u64, u64> for Remind {
     ) -> Result<(), BoxError> {
         let now = ctx.timer_service().current_processing_time();
         let processing = ctx.time_domain() == Some(TimeDomain::ProcessingTime);
-        self.fired
-            .lock()
-            .unwrap()
-            .push((*ctx.current_key(), now - timestamp, processing));
+        let task_thread = self.thread == Some(std::thread::current().id());
+        self.fired.lock().unwrap().push((
+            *ctx.current_key(),
+            now - timestamp,
+            processing,
+            task_thread,
+            self.processed.load(Ordering::SeqCst),
+        ));
         out.collect(*ctx.current_key());
         Ok(())
     }
@@ -140,6 +155,7 @@ fn processing_time_timers_fire_on_the_task_thread_while_records_flow() {
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(2)).unwrap();
     let fired = Arc::new(Mutex::new(Vec::new()));
+    let processed = Arc::new(AtomicU64::new(0));
     env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
         WatermarkStrategy::no_watermarks(),
@@ -149,26 +165,45 @@ fn processing_time_timers_fire_on_the_task_thread_while_records_flow() {
     .process(Remind {
         seen: ValueState::new("seen"),
         fired: fired.clone(),
+        processed: processed.clone(),
+        thread: None,
     })
     .sink_to(DiscardingSink, "out");
     let client = env.execute_async("reminders").unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // Cancelled once every key's timer fired and records were processed after the last one.
+    common::wait_until("three timers, then more records", || {
+        let fired = fired.lock().unwrap();
+        let last = fired.iter().map(|f| f.4).max();
+        fired.len() >= 3 && last < Some(processed.load(Ordering::SeqCst))
+    });
     client.cancel().unwrap();
     let mut fired = fired.lock().unwrap().clone();
     fired.sort();
     let keys: Vec<u64> = fired.iter().map(|f| f.0).collect();
     assert_eq!(keys, vec![0, 1, 2], "one timer per key: {fired:?}");
-    for (key, late, processing) in fired {
+    let processed = processed.load(Ordering::SeqCst);
+    for (key, late, processing, task_thread, processed_before) in fired {
         assert!(processing, "key {key}: a processing-time timer");
-        assert!((0..200).contains(&late), "key {key} fired {late} ms late");
+        assert!(late >= 0, "key {key} fired {late} ms early");
+        assert!(
+            task_thread,
+            "key {key}: fired on another thread than the records"
+        );
+        assert!(
+            processed_before < processed,
+            "key {key}: fired after the last record"
+        );
     }
 }
 
 const RECORDS: u64 = 24_000;
 
 /// Sets an event-time timer at `i % 7` for key `i % 50`; emits `(key, timer)` when it fires.
+/// Counts the records it processed.
 #[derive(Clone)]
-struct SevenTimers;
+struct SevenTimers {
+    processed: Arc<AtomicU64>,
+}
 
 impl KeyedProcessFunction<u64, u64, (u64, i64)> for SevenTimers {
     fn process_element(
@@ -177,9 +212,10 @@ impl KeyedProcessFunction<u64, u64, (u64, i64)> for SevenTimers {
         ctx: &mut KeyedContext<'_, u64>,
         _out: &mut Collector<'_, (u64, i64)>,
     ) -> Result<(), BoxError> {
-        Ok(ctx
-            .timer_service()
-            .register_event_time_timer((i % 7) as i64)?)
+        ctx.timer_service()
+            .register_event_time_timer((i % 7) as i64)?;
+        self.processed.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     fn on_timer(
@@ -212,38 +248,59 @@ fn savepoint_config(
     config
 }
 
-/// Numbers without watermarks (timers wait for the end of the input) → timers → sink.
-fn build(env: &StreamExecutionEnvironment, store: &CommittedStore<(u64, i64)>) {
-    env.from_source(
-        GeneratorSource::new(RECORDS, |i| i).with_rate_limit(24_000.0),
-        WatermarkStrategy::no_watermarks(),
-        "numbers",
-    )
-    .uid("numbers")
-    .key_by(|i: &u64| i % 50)
-    .process(SevenTimers)
-    .uid("timers")
-    .sink_to(
-        CommittingSink {
-            store: store.clone(),
-        },
-        "committed",
-    )
-    .uid("sink");
+/// Numbers without watermarks (timers wait for the end of the input) → timers → sink; the
+/// last `held` numbers of each split withheld for good (none with 0).
+fn build(
+    env: &StreamExecutionEnvironment,
+    store: &CommittedStore<(u64, i64)>,
+    held: u64,
+    processed: &Arc<AtomicU64>,
+) {
+    let mut numbers = GeneratorSource::new(RECORDS, (|i| i) as fn(u64) -> u64);
+    if held > 0 {
+        numbers = numbers.with_held_tail(held, || false);
+    }
+    env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+        .uid("numbers")
+        .key_by(|i: &u64| i % 50)
+        .process(SevenTimers {
+            processed: processed.clone(),
+        })
+        .uid("timers")
+        .sink_to(
+            CommittingSink {
+                store: store.clone(),
+            },
+            "committed",
+        )
+        .uid("sink");
 }
 
+/// Runs the job with the last `held` numbers of each of the two splits withheld, so that it
+/// cannot end; once it processed the `reach` numbers it can and completed a checkpoint, stops
+/// it with a savepoint.
 fn run_until_stopped(
     parallelism: u32,
     dir: &std::path::Path,
     restore: Option<&Savepoint>,
     store: &CommittedStore<(u64, i64)>,
+    (held, reach): (u64, u64),
 ) -> Savepoint {
     let env = StreamExecutionEnvironment::new(savepoint_config(parallelism, dir, restore)).unwrap();
-    build(&env, store);
+    let processed = Arc::new(AtomicU64::new(0));
+    build(&env, store, held, &processed);
     let client = env.execute_async("timers").unwrap();
-    std::thread::sleep(Duration::from_millis(250));
+    common::wait_until(&format!("{reach} numbers processed"), || {
+        processed.load(Ordering::SeqCst) >= reach
+    });
+    common::await_checkpoints(&client, 1);
     let (savepoint, result) = client.stop_with_savepoint().unwrap();
     assert_eq!(result.status, JobStatus::Stopped);
+    assert_eq!(
+        processed.load(Ordering::SeqCst),
+        reach,
+        "held numbers were read"
+    );
     savepoint
 }
 
@@ -251,15 +308,16 @@ fn run_until_stopped(
 fn timers_are_redistributed_with_their_keys_when_a_job_is_rescaled() {
     let dir = tempfile::tempdir().unwrap();
     let (_, store) = CommittingSink::<(u64, i64)>::new();
-    let first = run_until_stopped(2, dir.path(), None, &store);
+    // Two splits of 12 000: the first run reads 4 000 of each, the second 4 000 more.
+    let first = run_until_stopped(2, dir.path(), None, &store, (8_000, 8_000));
     assert!(
         committed(&store).is_empty(),
         "no timer fires before the end"
     );
-    let second = run_until_stopped(3, dir.path(), Some(&first), &store);
+    let second = run_until_stopped(3, dir.path(), Some(&first), &store, (4_000, 8_000));
     let env =
         StreamExecutionEnvironment::new(savepoint_config(1, dir.path(), Some(&second))).unwrap();
-    build(&env, &store);
+    build(&env, &store, 0, &Arc::default());
     env.execute("timers").unwrap();
     let expected: BTreeSet<(u64, i64)> = (0..RECORDS).map(|i| (i % 50, (i % 7) as i64)).collect();
     let got = multiset(&committed(&store));

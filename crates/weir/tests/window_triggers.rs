@@ -2,6 +2,8 @@
 //! per-window state, processing-time windows on a running stream, and timestamps at the ends
 //! of the i64 range.
 
+mod common;
+
 use std::time::Duration;
 
 use weir::prelude::*;
@@ -76,12 +78,16 @@ fn a_custom_trigger_with_its_own_state_fires_and_purges() {
     assert_eq!(batches.take(), vec![vec![4, 3, 5], vec![1, 9, 2]]);
 }
 
+/// A fired window: key, start, end, its records, and when it fired after its last
+/// millisecond.
+type Fired = (u64, i64, i64, Vec<u64>, i64);
+
 #[test]
 fn processing_time_windows_fire_on_the_wall_clock_while_records_flow() {
     let env =
         StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1)).unwrap();
-    let counts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = counts.clone();
+    let fired = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Fired>::new()));
+    let seen = fired.clone();
     env.from_source(
         GeneratorSource::unbounded(|i| i).with_rate_limit(2_000.0),
         WatermarkStrategy::no_watermarks(),
@@ -99,8 +105,9 @@ fn processing_time_windows_fire_on_the_wall_clock_while_records_flow() {
             let w = ctx.window();
             seen.lock().unwrap().push((
                 *key,
-                w.end - w.start,
-                ticks.len(),
+                w.start,
+                w.end,
+                ticks.to_vec(),
                 ctx.current_processing_time() - w.max_timestamp(),
             ));
             Ok(())
@@ -108,21 +115,37 @@ fn processing_time_windows_fire_on_the_wall_clock_while_records_flow() {
     )
     .sink_to(DiscardingSink, "out");
     let client = env.execute_async("processing time").unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // The source never ends: only the clock fires windows. Six of them, while the records
+    // flow, however long a loaded machine takes.
+    common::wait_until("six fired windows", || fired.lock().unwrap().len() >= 6);
     client.cancel().unwrap();
-    let counts = counts.lock().unwrap().clone();
-    // About six windows per key in 700 ms, each fired by the clock after its end.
-    assert!(counts.len() >= 6, "{counts:?}");
-    for (key, size, ticks, late) in counts {
-        assert_eq!(size, 100);
+    let fired = fired.lock().unwrap().clone();
+    assert!(fired.len() >= 6, "{fired:?}");
+    // Per key: the end of its last fired window and its last record.
+    let mut previous: std::collections::HashMap<u64, (i64, u64)> = Default::default();
+    let mut everywhere = std::collections::HashSet::new();
+    for (key, start, end, ticks, late) in fired {
+        assert_eq!(end - start, 100);
+        assert!(!ticks.is_empty(), "key {key}: an empty window fired");
+        assert!(late >= 0, "key {key} fired {late} ms after its end");
+        assert!(ticks.iter().all(|t| t % 2 == key), "key {key}: {ticks:?}");
         assert!(
-            ticks > 0 && ticks <= 200,
-            "key {key}: {ticks} ticks in 100 ms"
+            ticks.windows(2).all(|p| p[0] < p[1]),
+            "key {key}: records in arrival order: {ticks:?}"
         );
-        assert!(
-            (0..200).contains(&late),
-            "key {key} fired {late} ms after its end"
-        );
+        // A key's windows fire in order, each with the records after the previous one's:
+        // fired windows are purged, and a record is in one window only.
+        if let Some((previous_end, previous_tick)) = previous.get(&key) {
+            assert!(
+                start >= *previous_end,
+                "key {key}: [{start}, {end}) out of order"
+            );
+            assert!(ticks[0] > *previous_tick, "key {key}: {ticks:?} again");
+        }
+        previous.insert(key, (end, *ticks.last().unwrap()));
+        for tick in ticks {
+            assert!(everywhere.insert(tick), "tick {tick} in two windows");
+        }
     }
 }
 

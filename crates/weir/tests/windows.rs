@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -157,17 +157,34 @@ struct Run {
 }
 
 fn build(env: &StreamExecutionEnvironment, run: &Run, store: &CommittedStore<Result5>) {
+    build_with(env, run, store, 0, &Arc::default());
+}
+
+/// [`build`], the last `held` events of each split withheld for good (none with 0), and the
+/// events read counted in `read`.
+fn build_with(
+    env: &StreamExecutionEnvironment,
+    run: &Run,
+    store: &CommittedStore<Result5>,
+    held: u64,
+    read: &Arc<AtomicU64>,
+) {
     let (seed, disorder) = (run.seed, run.disorder);
+    let read = read.clone();
     let failures: Arc<Vec<(u64, AtomicBool)>> = Arc::new(
         run.fail_at
             .iter()
             .map(|&i| (i, AtomicBool::new(false)))
             .collect(),
     );
+    let mut source = GeneratorSource::new(run.records, move |i| (i, event(seed, i, disorder)))
+        .with_rate_limit(20_000.0);
+    if held > 0 {
+        source = source.with_held_tail(held, || false);
+    }
     let events = env
         .from_source(
-            GeneratorSource::new(run.records, move |i| (i, event(seed, i, disorder)))
-                .with_rate_limit(20_000.0),
+            source,
             WatermarkStrategy::for_generator(move || TrailingByBound {
                 max: i64::MIN / 2,
                 bound: disorder as i64,
@@ -182,6 +199,7 @@ fn build(env: &StreamExecutionEnvironment, run: &Run, store: &CommittedStore<Res
                     panic!("injected failure at event {i}");
                 }
             }
+            read.fetch_add(1, Ordering::SeqCst);
             e
         })
         .name("fault injector");
@@ -336,19 +354,27 @@ fn window_contents_and_timers_are_redistributed_when_rescaled_2_3_1() {
         };
         let dir = tempfile::tempdir().unwrap();
         let (_, store) = CommittingSink::<Result5>::new();
+        // Two splits of 3 000: the first run reads 1 000 of each and cannot end, nor can the
+        // second, which reads 1 000 more; each is stopped once it read what it can and
+        // completed a checkpoint.
         let mut savepoint: Option<Savepoint> = None;
-        for parallelism in [2, 3] {
+        for (parallelism, held) in [(2, 2_000), (3, 1_000)] {
             let env = StreamExecutionEnvironment::new(savepoint_config(
                 parallelism,
                 dir.path(),
                 savepoint.as_ref(),
             ))
             .unwrap();
-            build(&env, &run, &store);
+            let read = Arc::new(AtomicU64::new(0));
+            build_with(&env, &run, &store, held, &read);
             let client = env.execute_async("windows").unwrap();
-            std::thread::sleep(Duration::from_millis(100));
+            common::wait_until("the events the run can read", || {
+                read.load(Ordering::SeqCst) >= 2_000
+            });
+            common::await_checkpoints(&client, 1);
             let (stopped, result) = client.stop_with_savepoint().unwrap();
             assert_eq!(result.status, JobStatus::Stopped);
+            assert_eq!(read.load(Ordering::SeqCst), 2_000, "held events were read");
             savepoint = Some(stopped);
         }
         let env =

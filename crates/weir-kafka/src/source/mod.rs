@@ -101,7 +101,9 @@ pub struct KafkaSourceBuilder<T> {
 }
 
 impl<T: Record> KafkaSourceBuilder<T> {
-    /// Reads at most `records_per_second` over all subtasks (for demos and tests).
+    /// Reads at most `records_per_second` over all subtasks (for demos and tests), shared
+    /// among the readers that hold partitions, so that it holds with fewer partitions than
+    /// readers.
     pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.rate_limit = Some(records_per_second);
         self

@@ -350,6 +350,10 @@ impl<T: Send + Sync + 'static> SourceReader for KafkaSourceReader<T> {
         self.no_more_splits = true;
     }
 
+    fn set_readers_sharing(&mut self, readers: u32) {
+        self.limiter.share_among(readers);
+    }
+
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<Vec<KafkaPartitionSplit>, BoxError> {
         let splits: Vec<KafkaPartitionSplit> = self.splits.values().cloned().collect();
         if self.settings.group_id.is_some() && self.settings.commit_offsets_on_checkpoint {

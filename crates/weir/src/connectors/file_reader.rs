@@ -531,6 +531,10 @@ impl<T: Record> SourceReader for FileReader<T> {
         self.splits.no_more_splits();
     }
 
+    fn set_readers_sharing(&mut self, readers: u32) {
+        self.limiter.share_among(readers);
+    }
+
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Vec<FileSplit>, BoxError> {
         Ok(self.splits.snapshot())
     }

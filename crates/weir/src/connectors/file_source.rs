@@ -253,7 +253,8 @@ impl<T: Record> FileSource<T> {
         self
     }
 
-    /// Limits the total read rate to `records_per_second` (for demos and tests).
+    /// Limits the total read rate to `records_per_second` (for demos and tests): shared among
+    /// the readers that hold files, so that it holds with fewer files than readers.
     pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.records_per_second = Some(records_per_second);
         self

@@ -89,7 +89,9 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> 
         }
     }
 
-    /// Limits the total rate over all readers to `records_per_second`.
+    /// Limits the total rate over all readers to `records_per_second`: shared among the
+    /// readers that hold splits, so that it holds when there are fewer splits than readers
+    /// (after a restore at a higher parallelism).
     pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.records_per_second = Some(records_per_second);
         self
@@ -255,6 +257,10 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
 
     fn notify_no_more_splits(&mut self) {
         self.splits.no_more_splits();
+    }
+
+    fn set_readers_sharing(&mut self, readers: u32) {
+        self.limiter.share_among(readers);
     }
 
     fn snapshot_state(

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 /// Limits how many records a reader emits per second (no limit when built with `None`).
 #[derive(Debug, Clone)]
 pub struct RateLimiter {
+    /// The rate over all readers.
+    total: Option<f64>,
     per_second: Option<f64>,
     started: Option<Instant>,
     emitted: u64,
@@ -26,9 +28,22 @@ impl RateLimiter {
     /// A limiter for one of `readers` readers sharing `total_per_second`.
     pub fn new(total_per_second: Option<f64>, readers: u32) -> Self {
         Self {
+            total: total_per_second,
             per_second: total_per_second.map(|r| r / f64::from(readers.max(1))),
             started: None,
             emitted: 0,
+        }
+    }
+
+    /// Shares the total rate among `readers` readers from now on (those that hold splits:
+    /// [`SourceReader::set_readers_sharing`](crate::connectors::source::SourceReader::set_readers_sharing)),
+    /// measuring the pace anew.
+    pub fn share_among(&mut self, readers: u32) {
+        let per_second = self.total.map(|r| r / f64::from(readers.max(1)));
+        if per_second != self.per_second {
+            self.per_second = per_second;
+            self.started = None;
+            self.emitted = 0;
         }
     }
 
@@ -66,6 +81,20 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_among_fewer_readers_is_a_larger_part_of_the_total() {
+        let mut limiter = RateLimiter::new(Some(1_000.0), 4);
+        assert_eq!(limiter.per_second, Some(250.0));
+        limiter.allowed(1);
+        limiter.record(1);
+        limiter.share_among(1);
+        assert_eq!(limiter.per_second, Some(1_000.0));
+        assert_eq!(limiter.allowed(1024), 1, "the pace is measured anew");
+        let mut free = RateLimiter::new(None, 4);
+        free.share_among(1);
+        assert_eq!(free.allowed(1024), 1024);
+    }
 
     #[test]
     fn rates_must_be_positive_and_finite() {

@@ -173,6 +173,10 @@ pub enum SplitAssignment<S> {
     AddSplits(Vec<S>),
     /// No more splits will come.
     NoMoreSplits,
+    /// How many readers hold splits now (sent by the runtime, not by enumerators): a reader
+    /// that paces itself to a share of a total rate divides the rate by it, so that the total
+    /// holds when there are fewer splits than readers.
+    ReadersSharing(u32),
 }
 
 /// What an enumerator can see and do: the readers and their parallelism, and assignments,
@@ -226,6 +230,8 @@ pub enum ReaderEvent {
     Registered(u32),
     /// The reader subtask wants a split.
     SplitRequest(u32),
+    /// The reader subtask holds splits restored from a checkpoint.
+    Reading(u32),
 }
 
 /// What a reader knows of its place in the job, and its line to the enumerator.
@@ -314,6 +320,12 @@ pub trait SourceReader: Send + 'static {
 
     /// The enumerator will assign no more splits.
     fn notify_no_more_splits(&mut self);
+
+    /// `readers` of the source's readers hold splits now (those assigned one, or restored
+    /// with one). A reader that limits a rate given for the whole source
+    /// ([`RateLimiter`](crate::connectors::rate_limiter::RateLimiter)) shares it among them,
+    /// so that the total holds whatever the number of splits.
+    fn set_readers_sharing(&mut self, _readers: u32) {}
 
     /// The reader's position: its unfinished splits with their progress. Called between two
     /// records, so the position is exact.

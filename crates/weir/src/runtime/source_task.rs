@@ -210,6 +210,9 @@ impl<S: Source> SourceTask<S> {
                     SplitAssignment::NoMoreSplits => {
                         call_user(&self.name, || reader.notify_no_more_splits())
                     }
+                    SplitAssignment::ReadersSharing(readers) => {
+                        call_user(&self.name, || reader.set_readers_sharing(readers))
+                    }
                 }
             }
             ReaderMessage::Trigger(barrier) => self.checkpoint(barrier, env),
@@ -429,7 +432,9 @@ fn coordinator_gone(env: &TaskEnvironment) -> TaskError {
 impl<S: Source> Invokable for SourceTask<S> {
     fn invoke(&mut self, env: &TaskEnvironment) -> Result<(), TaskError> {
         self.chain.open()?;
+        let mut restored_any = false;
         if let Some(splits) = self.restored_splits.take() {
+            restored_any = !splits.is_empty();
             register_splits(&mut self.watermarks, &splits);
             let reader = &mut self.reader;
             call_user(&self.name, || reader.add_splits(splits))?
@@ -440,6 +445,12 @@ impl<S: Source> Invokable for SourceTask<S> {
             .endpoint
             .to_coordinator
             .send(ReaderEvent::Registered(self.subtask));
+        if restored_any {
+            let _ = self
+                .endpoint
+                .to_coordinator
+                .send(ReaderEvent::Reading(self.subtask));
+        }
         let reader = &mut self.reader;
         call_user(&self.name, || reader.start())?.map_err(|e| user_error(&self.name, e))?;
         let mut flush_deadline = Instant::now() + self.buffer_timeout;
@@ -538,9 +549,44 @@ struct SourceCoordinator<E: SplitEnumerator> {
     inbox: Receiver<ReaderEvent>,
     readers: Vec<Sender<ReaderMessage>>,
     cancel: CancelToken,
+    /// Readers that hold splits (assigned or restored).
+    reading: std::collections::BTreeSet<u32>,
+    /// How many of them the readers were last told of.
+    announced: usize,
 }
 
 impl<E: SplitEnumerator> SourceCoordinator<E> {
+    fn send(&self, subtask: u32, assignment: &SplitAssignment<E::Split>) -> Result<(), TaskError> {
+        let reader = self.readers.get(subtask as usize).ok_or_else(|| {
+            user_error(
+                &self.name,
+                format!("enumerator assigned to reader {subtask}, which does not exist").into(),
+            )
+        })?;
+        let bytes = postcard::to_allocvec(assignment).map_err(|e| {
+            user_error(
+                &self.name,
+                format!("cannot serialize a split assignment: {e}").into(),
+            )
+        })?;
+        // A reader that has already ended no longer needs its assignments.
+        let _ = reader.send(ReaderMessage::Assignment(bytes));
+        Ok(())
+    }
+
+    /// Tells every reader how many readers hold splits, when that changed.
+    fn announce_readers_sharing(&mut self) -> Result<(), TaskError> {
+        if self.reading.len() == self.announced {
+            return Ok(());
+        }
+        self.announced = self.reading.len();
+        let sharing = SplitAssignment::ReadersSharing(self.announced as u32);
+        for subtask in 0..self.readers.len() as u32 {
+            self.send(subtask, &sharing)?;
+        }
+        Ok(())
+    }
+
     fn call(
         &mut self,
         f: impl FnOnce(&mut E, &mut SplitEnumeratorContext<E::Split>) -> Result<(), BoxError>,
@@ -548,22 +594,12 @@ impl<E: SplitEnumerator> SourceCoordinator<E> {
         let (enumerator, context) = (&mut self.enumerator, &mut self.context);
         call_user(&self.name, || f(enumerator, context))?.map_err(|e| user_error(&self.name, e))?;
         for (subtask, assignment) in self.context.take_outbox() {
-            let reader = self.readers.get(subtask as usize).ok_or_else(|| {
-                user_error(
-                    &self.name,
-                    format!("enumerator assigned to reader {subtask}, which does not exist").into(),
-                )
-            })?;
-            let bytes = postcard::to_allocvec(&assignment).map_err(|e| {
-                user_error(
-                    &self.name,
-                    format!("cannot serialize a split assignment: {e}").into(),
-                )
-            })?;
-            // A reader that has already ended no longer needs its assignments.
-            let _ = reader.send(ReaderMessage::Assignment(bytes));
+            if matches!(&assignment, SplitAssignment::AddSplits(splits) if !splits.is_empty()) {
+                self.reading.insert(subtask);
+            }
+            self.send(subtask, &assignment)?;
         }
-        Ok(())
+        self.announce_readers_sharing()
     }
 
     fn trigger(
@@ -616,6 +652,10 @@ impl<E: SplitEnumerator> SourceCoordinatorRunner for SourceCoordinator<E> {
                     })?,
                     Ok(ReaderEvent::SplitRequest(subtask)) => {
                         self.call(|e, ctx| e.handle_split_request(subtask, ctx))?
+                    }
+                    Ok(ReaderEvent::Reading(subtask)) => {
+                        self.reading.insert(subtask);
+                        self.announce_readers_sharing()?
                     }
                     // Every reader has ended; keep serving checkpoints until the attempt ends.
                     Err(_) => inbox = crossbeam_channel::never(),
@@ -686,6 +726,8 @@ impl<S: Source> SourceFactory for SourceOperatorFactory<S> {
             inbox,
             readers,
             cancel,
+            reading: std::collections::BTreeSet::new(),
+            announced: 0,
         };
         Ok((Box::new(coordinator), endpoints))
     }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir::connectors::sink::{Sink, SinkWriter};
 use weir::{
@@ -30,6 +30,25 @@ pub fn failover_config(parallelism: u32, interval: Duration) -> ExecutionConfig 
             attempts: 5,
             delay: Duration::ZERO,
         })
+}
+
+/// Waits until `done` holds, for `what` happens in the job rather than for a duration; the
+/// five-minute limit only guards against a hang.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until the job completed `n` checkpoints since it started. A completed checkpoint
+/// also says that the job runs: none starts before every task is deployed, and savepoints
+/// are refused until then.
+pub fn await_checkpoints(client: &weir::JobClient, n: u64) {
+    wait_until(&format!("{n} completed checkpoints"), || {
+        client.checkpoint_history().unwrap().completed >= n
+    });
 }
 
 /// SplitMix64: a deterministic, well-mixed function of `i`.
