@@ -104,7 +104,7 @@ impl StreamExecutionEnvironment {
             "this job binary was started by `weir run`, which hands it its settings (`--config`, \
              `-D`, `--resume`, `--jobmanager` and the REST endpoint `weir run` follows the job \
              through) in the environment, but the binary does not apply them. Build it on the job \
-             template in weir's README: flatten `weir_cluster::ClusterArgs` into its arguments and \
+             template in weir-cluster's README: flatten `weir_cluster::ClusterArgs` into its arguments and \
              call `weir_cluster::apply(&args.cluster, &env)` before `execute`; or run the binary \
              directly, without `weir run`"
                 .into(),
