@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use weir::connectors::file_sink::{committed_files, FileSink, FileSinkCore, FileTransaction};
 use weir::connectors::file_source::{list_files, FileSource};
+use weir::connectors::held_end::HeldEnd;
 use weir::connectors::malformed::{MalformedRecord, RecordOrigin};
 use weir::connectors::two_phase_commit::{TwoPhaseCommit, TwoPhaseCommitSink};
 use weir::connectors::write_ahead_log::{
@@ -228,6 +229,9 @@ pub struct CensusOptions {
     /// Panic on every row of this occupation, after the shuffle (a poison record, for tests
     /// of the restart strategy giving up and naming it).
     pub poison_occupation: Option<String>,
+    /// Hold the end of the input until a file exists here: every row is read, but the job
+    /// does not finish before (for tests that must kill or stop a running job).
+    pub hold_end_until: Option<PathBuf>,
 }
 
 impl CensusOptions {
@@ -252,6 +256,7 @@ impl CensusOptions {
             slow_aggregation: None,
             dead_letters: None,
             poison_occupation: None,
+            hold_end_until: None,
         }
     }
 }
@@ -306,14 +311,22 @@ pub fn build_with_progress(
     let delay = options.commit_delay.unwrap_or(Duration::ZERO);
     let source =
         FileSource::<CensusRow>::csv(csv_glob(&options.data)).with_rate_limit(options.rate);
+    // The end of the input waits for the file, if one is named (tests that must kill a
+    // running job): every row is read, but the job does not finish before it exists.
+    let hold = options.hold_end_until.clone();
+    let release = move || hold.as_ref().is_none_or(|path| path.exists());
     let rows = match &options.dead_letters {
         None => env
-            .from_source(source, WatermarkStrategy::no_watermarks(), "census rows")
+            .from_source(
+                HeldEnd::new(source, release),
+                WatermarkStrategy::no_watermarks(),
+                "census rows",
+            )
             .uid("census-rows"),
         Some(dir) => {
             let (rows, dead_letters) = env
                 .from_source(
-                    source.with_dead_letters(),
+                    HeldEnd::new(source.with_dead_letters(), release),
                     WatermarkStrategy::no_watermarks(),
                     "census rows",
                 )

@@ -53,7 +53,13 @@ fn newest(census: &Census) -> RecordedCheckpoint {
 /// Runs the job fresh and kills it (SIGKILL) once at least `checkpoints` checkpoints are
 /// recorded (so that sinks have committed output), before it ends.
 fn crash_midway(census: &Census, extra: &[&str], checkpoints: usize) {
-    let mut child = census.command(false, 2, extra).spawn().unwrap();
+    // The end of the input waits for a file never created: the job cannot finish before
+    // the kill, however slow the machine.
+    let never = census.work.join("never-released");
+    let never = never.to_string_lossy();
+    let mut args = extra.to_vec();
+    args.extend(["--hold-end-until", &never]);
+    let mut child = census.command(false, 2, &args).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let recorded = weir_testkit::job_record_file(&census.job_dir())

@@ -25,6 +25,11 @@ struct Args {
     /// Where the output and the checkpoints go.
     #[arg(long)]
     work_dir: PathBuf,
+    /// Never read the last N numbers of each of the source's splits, so that the job does
+    /// not finish and runs until it is stopped or cancelled (for tests that must act on a
+    /// running job, whatever the machine's speed).
+    #[arg(long, default_value_t = 0)]
+    hold_last: u64,
     #[command(flatten)]
     cluster: weir_cluster::ClusterArgs,
 }
@@ -54,21 +59,23 @@ fn run() -> anyhow::Result<()> {
             ),
     )?;
     let records = args.records;
-    env.from_source(
-        GeneratorSource::new(records, |i| i).with_rate_limit(args.rate),
-        WatermarkStrategy::no_watermarks(),
-        "numbers",
-    )
-    .uid("numbers")
-    .key_by(|i: &u64| i % 10)
-    .count()
-    .uid("counts")
-    .map(|(key, count): (u64, u64)| format!("{key},{count}"))
-    .sink_to(
-        FileSink::<String>::lines(args.work_dir.join("output")).into_two_phase_commit_sink(),
-        "count files",
-    )
-    .uid("count-files");
+    let numbers = GeneratorSource::new(records, |i| i).with_rate_limit(args.rate);
+    let numbers = if args.hold_last > 0 {
+        numbers.with_held_tail(args.hold_last, || false)
+    } else {
+        numbers
+    };
+    env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+        .uid("numbers")
+        .key_by(|i: &u64| i % 10)
+        .count()
+        .uid("counts")
+        .map(|(key, count): (u64, u64)| format!("{key},{count}"))
+        .sink_to(
+            FileSink::<String>::lines(args.work_dir.join("output")).into_two_phase_commit_sink(),
+            "count files",
+        )
+        .uid("count-files");
     weir_cluster::apply(&args.cluster, &env)?;
     let result = env.execute("counting")?;
     println!("{result}");

@@ -75,22 +75,20 @@ impl Drop for Detached {
 }
 
 fn detached(work: &Path, rate: &str) -> Detached {
-    detached_with(work, "10000000", rate)
+    detached_with(work, &["--records", "10000000", "--rate", rate])
 }
 
-fn detached_with(work: &Path, records: &str, rate: &str) -> Detached {
+fn detached_with(work: &Path, job_args: &[&str]) -> Detached {
     let job = counting_job();
-    let out = ok(&[
+    let mut args = vec![
         "run",
         "--detached",
         job.to_str().unwrap(),
         "--work-dir",
         work.to_str().unwrap(),
-        "--records",
-        records,
-        "--rate",
-        rate,
-    ]);
+    ];
+    args.extend_from_slice(job_args);
+    let out = ok(&args);
     let find = |prefix: &str| -> String {
         out.lines()
             .find_map(|l| l.strip_prefix(prefix))
@@ -515,8 +513,20 @@ fn weir_run_resume_continues_from_the_savepoint_and_says_where_it_started() {
         lines.sort();
         lines
     };
-    // At 200 records per second the input lasts 100 s: the stop comes long before.
-    let job = detached_with(work.path(), &records.to_string(), "200");
+    // The first run holds back the last 5 000 numbers of each split: it cannot finish before
+    // the stop, however fast or slow the machine.
+    let records_arg = records.to_string();
+    let job = detached_with(
+        work.path(),
+        &[
+            "--records",
+            &records_arg,
+            "--rate",
+            "1000000",
+            "--hold-last",
+            "5000",
+        ],
+    );
     let url = job.url.as_str();
     await_output(
         &["--url", url, "checkpoints", "counting"],
@@ -547,6 +557,10 @@ fn weir_run_resume_continues_from_the_savepoint_and_says_where_it_started() {
             &records.to_string(),
             "--rate",
             "1000000",
+            // A `-D` of the binary's own: `weir run`'s settings (`--resume`, the REST port)
+            // still apply.
+            "-D",
+            "execution.checkpointing.interval=100ms",
         ]);
         let (out, err) = text(&output);
         assert!(output.status.success(), "{what}: {out}\n{err}");

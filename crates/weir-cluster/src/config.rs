@@ -102,15 +102,9 @@ pub struct ClusterArgs {
     #[arg(long = "config", env = "WEIR_CONFIG_FILE", value_name = "FILE")]
     pub config_file: Option<std::path::PathBuf>,
     /// Sets a configuration key, over the file and the environment (Flink's `-D`):
-    /// `-D execution.checkpointing.interval=10s`. `weir run` passes its own `-D` settings in
-    /// `WEIR_DYNAMIC_PROPERTIES`, one per line.
-    #[arg(
-        short = 'D',
-        value_name = "KEY=VALUE",
-        env = "WEIR_DYNAMIC_PROPERTIES",
-        value_delimiter = '\n',
-        hide_env_values = true
-    )]
+    /// `-D execution.checkpointing.interval=10s`. Settings in `WEIR_DYNAMIC_PROPERTIES` (one
+    /// per line: how `weir run` passes its own) apply before these.
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
     pub dynamic: Vec<String>,
 }
 
@@ -190,11 +184,21 @@ fn check_address(setting: &'static str, address: &str) -> Result<SocketAddr, Clu
         .ok_or_else(|| invalid(setting, address, "resolves to no address"))
 }
 
+/// The environment variable with `-D` settings, one per line, that apply before the command
+/// line's: how `weir run` hands a job binary its own `-D` settings, `--resume` and the REST
+/// port it follows the job through, whatever `-D` flags the binary is given.
+pub const DYNAMIC_PROPERTIES_ENV: &str = "WEIR_DYNAMIC_PROPERTIES";
+
 impl ClusterArgs {
-    /// The configuration of this process: the file, the environment's overrides, then the
-    /// `-D` arguments; checked (unknown keys, bad values).
+    /// The configuration of this process: the file, the environment's overrides, the
+    /// settings in `WEIR_DYNAMIC_PROPERTIES`, then the `-D` arguments; checked (unknown
+    /// keys, bad values).
     pub fn configuration(&self) -> Result<Configuration, ClusterError> {
         let mut configuration = Configuration::load(self.config_file.as_deref())?;
+        let passed = std::env::var(DYNAMIC_PROPERTIES_ENV).unwrap_or_default();
+        for assignment in passed.lines().filter(|l| !l.trim().is_empty()) {
+            configuration.set_dynamic(assignment)?;
+        }
         for assignment in &self.dynamic {
             configuration.set_dynamic(assignment)?;
         }

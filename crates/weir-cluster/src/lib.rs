@@ -17,7 +17,7 @@ pub mod proto {
     tonic::include_proto!("weir.cluster.v1");
 }
 
-pub use config::{ClusterArgs, ClusterConfig, Role};
+pub use config::{ClusterArgs, ClusterConfig, Role, DYNAMIC_PROPERTIES_ENV};
 
 pub mod prelude {
     //! What a job binary needs for cluster mode, beside `weir::prelude::*`.
@@ -62,6 +62,7 @@ pub fn apply(args: &ClusterArgs, env: &StreamExecutionEnvironment) -> Result<(),
     object_storage::register();
     let configuration = args.configuration()?;
     env.configure(&configuration)?;
+    env.mark_launcher_settings_applied();
     match args.config()? {
         Some(mut config) => {
             config.internal_tls = tls::InternalTls::from_configuration(&configuration)?;

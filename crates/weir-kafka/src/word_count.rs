@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use weir::connectors::held_end::HeldEnd;
 use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
@@ -55,6 +56,9 @@ pub struct WordCountOptions {
     /// Client properties for the source and the sink (`security.protocol`,
     /// `ssl.ca.location`, …), as librdkafka names them.
     pub properties: BTreeMap<String, String>,
+    /// Hold the end of the input until a file exists here: every record is read, but the
+    /// job does not finish before (for tests that must kill or stop a running job).
+    pub hold_end_until: Option<PathBuf>,
 }
 
 impl WordCountOptions {
@@ -78,6 +82,7 @@ impl WordCountOptions {
             operation_timeout: Duration::from_secs(60),
             local_recovery: None,
             properties: BTreeMap::new(),
+            hold_end_until: None,
         }
     }
 }
@@ -143,7 +148,11 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, K
     if let Some(hook) = options.before_commit.clone() {
         sink = sink.before_commit(move |c, id| hook(c, id));
     }
-    env.from_source(source.build()?, WatermarkStrategy::no_watermarks(), "words")
+    let hold = options.hold_end_until.clone();
+    let source = HeldEnd::new(source.build()?, move || {
+        hold.as_ref().is_none_or(|path| path.exists())
+    });
+    env.from_source(source, WatermarkStrategy::no_watermarks(), "words")
         .uid("kafka-words")
         .key_by(|w: &String| w.clone())
         .count()

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir::connectors::generator::GeneratorSource;
+use weir::connectors::held_end::HeldEnd;
 use weir::WatermarkStrategy;
 use weir::{
     CheckpointConfig, CheckpointStorageConfig, ExecutionConfig, RestartStrategyConfig,
@@ -89,6 +90,9 @@ pub struct WordCountOptions {
     pub application_name: String,
     /// A second copy of every checkpoint file here (task-local recovery).
     pub local_recovery: Option<PathBuf>,
+    /// Hold the end of the input until a file exists here: every record is read, but the
+    /// job does not finish before (for tests that must kill or stop a running job).
+    pub hold_end_until: Option<PathBuf>,
 }
 
 impl WordCountOptions {
@@ -113,6 +117,7 @@ impl WordCountOptions {
             fail_after: None,
             application_name: "weir-sink".into(),
             local_recovery: None,
+            hold_end_until: None,
         }
     }
 }
@@ -262,6 +267,10 @@ pub fn build(options: &WordCountOptions) -> Result<StreamExecutionEnvironment, P
     let fail_after = options.fail_after;
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hold = options.hold_end_until.clone();
+    let source = HeldEnd::new(source, move || {
+        hold.as_ref().is_none_or(|path| path.exists())
+    });
     let counts = env
         .from_source(source, WatermarkStrategy::no_watermarks(), "words")
         .uid("generated-words")

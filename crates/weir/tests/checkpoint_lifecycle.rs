@@ -841,3 +841,76 @@ fn a_corrupt_restore_point_is_an_error() {
     let text = err.to_string();
     assert!(text.contains("is corrupt"), "{text}");
 }
+
+/// A resume whose newest restore point turns out damaged when its state files are read (at
+/// deployment, after its metadata read fine) falls back, as allowed, and the result says
+/// where the job really started and what recovery skipped.
+#[test]
+fn the_result_names_the_restore_point_a_resume_really_started_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |resume: bool| {
+        ExecutionConfig::default()
+            .with_parallelism(2)
+            .with_checkpointing(
+                CheckpointConfig::default()
+                    .with_interval(Duration::from_millis(30))
+                    .with_retained(3)
+                    .with_retention_on_cancel(RetentionOnCancel::Retain)
+                    .with_corrupt_checkpoint_policy(CorruptCheckpointPolicy::AllowDuplicates)
+                    .with_storage(CheckpointStorageConfig::FileSystem(dir.path().into())),
+            )
+            .with_resume_from_latest_checkpoint(resume)
+    };
+    let build = |env: &StreamExecutionEnvironment, held: bool| {
+        let numbers = GeneratorSource::new(4_000, |i| i);
+        let numbers = if held {
+            numbers.with_held_tail(1_000, || false)
+        } else {
+            numbers
+        };
+        env.from_source(numbers, WatermarkStrategy::no_watermarks(), "numbers")
+            .uid("numbers")
+            .key_by(|i: &u64| i % 7)
+            .count()
+            .uid("count")
+            .sink_to(DiscardingSink, "discard");
+    };
+    let env = StreamExecutionEnvironment::new(config(false)).unwrap();
+    build(&env, true);
+    let client = env.execute_async("resumed").unwrap();
+    common::await_checkpoints(&client, 2);
+    let first = client.cancel().unwrap();
+    assert_eq!(first.start, Some(weir::JobStart::Fresh));
+    let job = job_dir(dir.path(), "resumed");
+    let complete: Vec<u64> = checkpoint_dirs(&job)
+        .into_iter()
+        .filter(|c| c.1)
+        .map(|c| c.0)
+        .collect();
+    let newest = *complete.last().unwrap();
+    damage(&job.join(format!("chk-{newest}")), Damage::NewestStateFiles);
+
+    let env = StreamExecutionEnvironment::new(config(true)).unwrap();
+    build(&env, false);
+    let result = env.execute("resumed").unwrap();
+    match &result.start {
+        Some(weir::JobStart::Resumed { checkpoint_id, .. }) => assert!(
+            *checkpoint_id < newest,
+            "resumed from {checkpoint_id}, but {newest} was damaged"
+        ),
+        other => panic!("{other:?}: {result}"),
+    }
+    assert!(
+        result
+            .recovery_notes
+            .iter()
+            .any(|n| n.contains(&format!("checkpoint {newest}"))),
+        "{:?}",
+        result.recovery_notes
+    );
+    let printed = result.to_string();
+    assert!(
+        printed.contains("Resumed from restore point") && printed.contains("Recovery: "),
+        "{printed}"
+    );
+}

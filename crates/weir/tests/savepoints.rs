@@ -148,7 +148,7 @@ fn savepoints_restore_at_parallelism_2_then_3_then_1() {
     );
     let result = env.execute("rescaling").unwrap();
     assert!(
-        matches!(result.start, weir::JobStart::Restored { checkpoint_id, .. } if checkpoint_id == second.checkpoint_id()),
+        matches!(result.start, Some(weir::JobStart::Restored { checkpoint_id, .. }) if checkpoint_id == second.checkpoint_id()),
         "{:?}",
         result.start
     );

@@ -79,6 +79,10 @@ struct Args {
     /// restart strategy gives up, naming where the row was read).
     #[arg(long)]
     poison_occupation: Option<String>,
+    /// Hold the end of the input until this file exists: every row is read and committed,
+    /// but the job does not finish before (for tests that kill or stop a running job).
+    #[arg(long, value_name = "FILE")]
+    hold_end_until: Option<PathBuf>,
     /// Checkpoint storage at a URL instead of <work-dir>/checkpoints: `s3://bucket/prefix`
     /// (S3 or an S3-compatible server, configured by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …),
     /// `gs://…`, `az://…`, or `file:///dir`. Needs --no-local-recovery.
@@ -123,6 +127,7 @@ fn run() -> Result<()> {
     let dead_letters = args.work_dir.join("dead-letters");
     options.dead_letters = args.dead_letters.then(|| dead_letters.clone());
     options.poison_occupation = args.poison_occupation.clone();
+    options.hold_end_until = args.hold_end_until.clone();
     let local_recovery = args.work_dir.join("local-recovery");
     options.local_recovery = (!args.no_local_recovery).then(|| local_recovery.clone());
     options.checkpoint_storage = args.checkpoint_storage.clone();

@@ -61,7 +61,7 @@ fn command(options: &RunOptions<'_>) -> Command {
     if options.resume {
         dynamic.push("execution.start-mode=resume".into());
     }
-    command.env("WEIR_DYNAMIC_PROPERTIES", dynamic.join("\n"));
+    command.env(weir_cluster::DYNAMIC_PROPERTIES_ENV, dynamic.join("\n"));
     if options.jobmanager {
         command.env("WEIR_ROLE", "jobmanager");
     } else {

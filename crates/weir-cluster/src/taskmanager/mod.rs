@@ -124,7 +124,7 @@ pub fn run_taskmanager(
         subtasks: Vec::new(),
         restarts: 0,
         // Where the job started is the JobManager's to say.
-        start: weir::JobStart::Fresh,
+        start: None,
         recovery_notes: Vec::new(),
         restored_from: Vec::new(),
         checkpoints: Default::default(),

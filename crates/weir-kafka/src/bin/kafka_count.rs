@@ -62,6 +62,10 @@ struct Args {
     /// <work-dir>/local-recovery).
     #[arg(long)]
     no_local_recovery: bool,
+    /// Hold the end of the input until this file exists: every record is read, but the job
+    /// does not finish before (for tests that kill or stop a running job).
+    #[arg(long, value_name = "FILE")]
+    hold_end_until: Option<std::path::PathBuf>,
     /// A client property for the source and the sink, as librdkafka names it
     /// (`security.protocol=ssl`, `ssl.ca.location=ca.pem`, …); repeatable.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_property)]
@@ -100,6 +104,7 @@ fn run() -> Result<()> {
     options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
     options.checkpoint_dir = Some(checkpoints);
     options.resume = args.resume;
+    options.hold_end_until = args.hold_end_until.clone();
     options.bounded = !args.unbounded;
     options.rate = (args.rate > 0.0).then_some(args.rate);
     options.operation_timeout = Duration::from_millis(args.operation_timeout_ms);

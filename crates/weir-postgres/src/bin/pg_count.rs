@@ -64,6 +64,10 @@ struct Args {
     /// <work-dir>/local-recovery).
     #[arg(long)]
     no_local_recovery: bool,
+    /// Hold the end of the input until this file exists: every record is read, but the job
+    /// does not finish before (for tests that kill or stop a running job).
+    #[arg(long, value_name = "FILE")]
+    hold_end_until: Option<std::path::PathBuf>,
     /// Cluster mode (`--role jobmanager|taskmanager`): every process gets the same job
     /// options; none resets the job, and the JobManager resumes from its work directory.
     #[command(flatten)]
@@ -99,6 +103,7 @@ fn run() -> Result<()> {
     options.checkpoint_interval = Duration::from_millis(args.checkpoint_interval_ms);
     options.checkpoint_dir = Some(checkpoints);
     options.resume = args.resume;
+    options.hold_end_until = args.hold_end_until.clone();
     options.local_recovery = (!args.no_local_recovery).then_some(local_recovery);
     if args.kill_before_commit {
         options.before_commit = Some(Arc::new(|gid| {

@@ -115,7 +115,7 @@ pub(crate) async fn trigger_savepoint(
         return Err(ApiError::bad_request(format!(
             "`target-directory` (`{target}`) is not supported: Weir writes savepoints into the \
              job's checkpoint storage (`state.checkpoints.dir`), where the job's record keeps \
-             track of them; leave `target-directory` out, or start the job with that storage"
+             track of them; leave `target-directory` out"
         )));
     }
     refuse_ended(&dispatcher, &job_id)?;

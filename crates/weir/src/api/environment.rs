@@ -43,7 +43,7 @@ pub struct StreamExecutionEnvironment {
     builder: Rc<RefCell<GraphBuilder>>,
     /// Where `execute` runs the job; `None`: the local mini-cluster.
     executor: RefCell<Option<Rc<dyn PipelineExecutor>>>,
-    /// Whether a configuration (`weir.yaml`, the environment, `-D`) was applied.
+    /// Whether the settings a launcher passes (`weir run`) were applied.
     configured: std::cell::Cell<bool>,
 }
 
@@ -89,8 +89,15 @@ impl StreamExecutionEnvironment {
         let mut config = self.config();
         configuration.apply(&mut config)?;
         self.builder.borrow_mut().config = config;
-        self.configured.set(true);
         Ok(())
+    }
+
+    /// Records that the settings a launcher hands the job binary (`weir run`: `--config`,
+    /// `-D`, `--resume`, the REST endpoint, in `WEIR_CONFIG_FILE`, `WEIR_DYNAMIC_PROPERTIES`
+    /// and `WEIR_ROLE`) were applied to this environment; `weir_cluster::apply` calls it.
+    /// Under `weir run`, a job whose environment never had them applied is refused.
+    pub fn mark_launcher_settings_applied(&self) {
+        self.configured.set(true);
     }
 
     /// Refuses to run a job whose binary `weir run` started without the binary applying the

@@ -90,8 +90,9 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> GeneratorSource<T, F> 
     }
 
     /// Limits the total rate over all readers to `records_per_second`: shared among the
-    /// readers that hold splits, so that it holds when there are fewer splits than readers
-    /// (after a restore at a higher parallelism).
+    /// readers that hold (or held) splits, so that fewer splits than readers (after a restore
+    /// at a higher parallelism) do not lower it; once some splits are read to their end, the
+    /// rest are read at their share, below the total.
     pub fn with_rate_limit(mut self, records_per_second: f64) -> Self {
         self.records_per_second = Some(records_per_second);
         self
@@ -212,17 +213,25 @@ impl<T: Record, F: Fn(u64) -> T + Clone + Send + 'static> SourceReader for Gener
         if allowed == 0 {
             return Ok(InputStatus::NothingAvailable);
         }
+        let held = match &self.held_tail {
+            Some(held) if (held.release)() => {
+                self.held_tail = None;
+                0
+            }
+            Some(held) => held.numbers,
+            None => 0,
+        };
+        // With numbers held, read a split that has some left below its held tail.
+        for _ in 0..self.splits.len() {
+            match self.splits.front() {
+                Some(split) if split.next >= split.end.saturating_sub(held) => self.splits.rotate(),
+                _ => break,
+            }
+        }
         let Some(split) = self.splits.front_mut() else {
             return Ok(InputStatus::NothingAvailable);
         };
-        let limit = match &self.held_tail {
-            Some(held) if (held.release)() => {
-                self.held_tail = None;
-                split.end
-            }
-            Some(held) => split.end.saturating_sub(held.numbers),
-            None => split.end,
-        };
+        let limit = split.end.saturating_sub(held);
         self.holding = split.next >= limit;
         if self.holding {
             return Ok(InputStatus::NothingAvailable);

@@ -10,6 +10,7 @@ pub mod file_reader;
 pub mod file_sink;
 pub mod file_source;
 pub mod generator;
+pub mod held_end;
 mod line_limit;
 pub mod malformed;
 pub mod origin;

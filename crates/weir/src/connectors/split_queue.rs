@@ -55,6 +55,24 @@ impl<S: SourceSplit> SplitQueue<S> {
         self.splits.front_mut()
     }
 
+    /// How many splits are held.
+    pub fn len(&self) -> usize {
+        self.splits.len()
+    }
+
+    /// Whether no split is held.
+    pub fn is_empty(&self) -> bool {
+        self.splits.is_empty()
+    }
+
+    /// Moves the front split to the back: another one is read first (its position stays in
+    /// the split).
+    pub fn rotate(&mut self) {
+        if let Some(front) = self.splits.pop_front() {
+            self.splits.push_back(front);
+        }
+    }
+
     /// The front split is read to its end: drops it and, if none is left, asks for more.
     pub fn finish_front(&mut self, context: &SourceReaderContext) {
         self.splits.pop_front();

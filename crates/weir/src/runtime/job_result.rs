@@ -69,8 +69,8 @@ pub struct OperatorSummary {
 /// let env = StreamExecutionEnvironment::new(ExecutionConfig::default().with_parallelism(1))?;
 /// env.generate(3, |i| i).sink_to(DiscardingSink, "out");
 /// let result = env.execute("numbers")?;
-/// assert_eq!(result.start, JobStart::Fresh);
-/// assert_eq!(result.start.to_string(), "Started from empty state");
+/// assert_eq!(result.start, Some(JobStart::Fresh));
+/// assert_eq!(JobStart::Fresh.to_string(), "Started from empty state");
 /// # Ok::<(), WeirError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -162,8 +162,9 @@ pub struct JobExecutionResult {
     pub subtasks: Vec<OperatorMetrics>,
     /// Restarts after failures.
     pub restarts: u32,
-    /// Where the first run started from.
-    pub start: JobStart,
+    /// Where the first run started from (`None` in a TaskManager's result: the JobManager
+    /// decides it).
+    pub start: Option<JobStart>,
     /// What recovery did that a user should know: restore points it found unusable and
     /// skipped, and what falling back past them means for the output. Empty when nothing was
     /// skipped.
@@ -198,7 +199,9 @@ impl fmt::Display for JobExecutionResult {
             self.wall_time.as_secs_f64(),
             self.restarts
         )?;
-        writeln!(f, "  {}.", self.start)?;
+        if let Some(start) = &self.start {
+            writeln!(f, "  {start}.")?;
+        }
         if self.restarts > 0 {
             let ids: Vec<String> = self.restored_from.iter().map(u64::to_string).collect();
             if !ids.is_empty() {

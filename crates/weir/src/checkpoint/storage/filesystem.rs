@@ -141,7 +141,10 @@ fn discard_dir(dir: &Path) -> Result<(), StorageError> {
 impl FsCheckpointStorage {
     /// Storage under `dir` for `job_name`; creates the job directory.
     pub fn new(dir: &Path, job_name: &str) -> Result<Self, StorageError> {
-        let job_dir = dir.join(sanitize(job_name));
+        // Absolute, so that a location given as an absolute path (a restore from what
+        // `weir inspect` or a savepoint printed) is recognised as this job's own.
+        let job_dir = std::path::absolute(dir.join(sanitize(job_name)))
+            .map_err(io("resolve", &dir.join(sanitize(job_name))))?;
         fs::create_dir_all(&job_dir).map_err(io("create directory", &job_dir))?;
         Ok(Self {
             job_dir,
@@ -156,7 +159,7 @@ impl FsCheckpointStorage {
             .file_name()
             .map(Path::new)
             .unwrap_or(Path::new("job"));
-        let copy = dir.join(name);
+        let copy = std::path::absolute(dir.join(name)).map_err(io("resolve", &dir.join(name)))?;
         fs::create_dir_all(&copy).map_err(io("create directory", &copy))?;
         self.copy_dir = Some(copy);
         Ok(self)

@@ -14,6 +14,8 @@ use crate::checkpoint::storage::StorageError;
 use crate::config::RecordOriginTracing;
 use crate::error::WeirError;
 use crate::runtime::deployment::DeployError;
+use crate::runtime::deployment::RestorePoint;
+use crate::runtime::job_result::JobStart;
 use crate::runtime::job_result::JobStatus;
 
 /// How many times the job's end is written before it is given up.
@@ -60,6 +62,10 @@ impl JobMaster {
                 if let Some(point) = &restore {
                     self.restored_from.push(point.checkpoint_id);
                 }
+                if !self.deployed_once {
+                    self.deployed_once = true;
+                    self.origin = self.first_origin(restore.as_ref());
+                }
                 tracing::info!(job = %self.job_name(), tasks = attempt.running.len(),
                     restored_from = restore.as_ref().map(|r| r.checkpoint_id), "job running");
                 let deployed = attempt.run.as_ref().is_none_or(|r| r.is_deployed());
@@ -82,6 +88,26 @@ impl JobMaster {
             // deployed): a failure like any other, for the restart strategy.
             Err(DeployError::Unavailable(error)) => self.after_attempt(AttemptEnd::Failed(error)),
             Err(DeployError::Other(error)) => self.finish_failed(error),
+        }
+    }
+
+    /// Where the first deployed run started from.
+    fn first_origin(&self, restore: Option<&RestorePoint>) -> JobStart {
+        let Some(point) = restore else {
+            return JobStart::Fresh;
+        };
+        let checkpoint_id = point.checkpoint_id;
+        let location = crate::checkpoint::savepoint::absolute_location(point.location.clone());
+        if self.resolve.explicit_restore == Some(checkpoint_id) {
+            JobStart::Restored {
+                checkpoint_id,
+                location,
+            }
+        } else {
+            JobStart::Resumed {
+                checkpoint_id,
+                location,
+            }
         }
     }
 

@@ -113,8 +113,11 @@ pub struct JobMaster {
     bad: BTreeSet<u64>,
     savepoint_waiters: HashMap<u64, Sender<Result<Savepoint, WeirError>>>,
     restored_from: Vec<u64>,
-    /// Where the first run started from.
+    /// Where the first run started from: as decided at the start, then as the first run
+    /// that deployed did (a damaged state file found while deploying falls back further).
     origin: JobStart,
+    /// Whether a run has deployed.
+    deployed_once: bool,
     /// What recovery skipped, and what that means for the output.
     recovery_notes: Vec<String>,
     /// Resuming a job that already ran to its end: there is nothing to do.
@@ -448,6 +451,7 @@ impl JobMaster {
             savepoint_waiters: HashMap::new(),
             restored_from: Vec::new(),
             origin: start.origin,
+            deployed_once: false,
             recovery_notes: start.notes,
             already_finished: start.already_finished,
             executors,
@@ -654,7 +658,7 @@ impl JobMaster {
             operators,
             subtasks,
             restarts: self.restart.restarts(),
-            start: self.origin.clone(),
+            start: Some(self.origin.clone()),
             recovery_notes: self.recovery_notes.clone(),
             restored_from: self.restored_from.clone(),
             checkpoints: self.coordinator.history().clone(),
